@@ -1,0 +1,73 @@
+"""Tree attention on top of a Hugging Face KV cache (ALGORITHM.md §5).
+
+Layout during a step (both models): cache columns [0, base) hold the committed prefix
+except its last token; tree node i sits at column base + i (node 0 = the root = the last
+committed token). The draft only feeds the nodes that have children, so it keeps its own
+column map. After verification `commit` keeps the accepted path's rows and drops the rest.
+"""
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+
+
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """bool [q, k] -> float [1, 1, q, k]: 0 where visible, the dtype's most negative value elsewhere.
+    A boolean mask is silently wrong on the eager path of transformers 5.x, so always float."""
+    neg = torch.finfo(dtype).min
+    mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device)
+    mask.masked_fill_(~visible, neg)
+    return mask[None, None]
+
+
+def causal_visibility(cache_len: int, new: int, device) -> torch.Tensor:
+    """Plain causal rows for `new` tokens appended after `cache_len` cached ones."""
+    cols = torch.arange(cache_len + new, device=device)
+    rows = torch.arange(new, device=device)[:, None] + cache_len
+    return cols[None, :] <= rows
+
+
+def tree_visibility(prefix_len: int, ancestors: torch.Tensor, rows: list[int], columns: list[int],
+                    device) -> torch.Tensor:
+    """Rows for tree nodes `rows` on a cache holding the prefix then tree nodes `columns`
+    (in cache order, the new rows last): see the whole prefix, ancestors and self only."""
+    tree_part = ancestors[rows][:, columns].to(device)
+    prefix_part = torch.ones(len(rows), prefix_len, dtype=torch.bool, device=device)
+    return torch.cat([prefix_part, tree_part], dim=1)
+
+
+@torch.inference_mode()
+def forward(model, cache: DynamicCache, input_ids: list[int], position_ids: list[int],
+            visible: torch.Tensor) -> torch.Tensor:
+    """One forward of new tokens with an explicit mask and positions; returns float32 logits [m, V]."""
+    device = model.device
+    ids = torch.tensor([input_ids], device=device)
+    pos = torch.tensor([position_ids], device=device)
+    mask = additive_mask(visible, model.dtype)
+    out = model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True)
+    return out.logits[0].float()
+
+
+def forward_causal(model, cache: DynamicCache, input_ids: list[int]) -> torch.Tensor:
+    start = cache.get_seq_length()
+    visible = causal_visibility(start, len(input_ids), model.device)
+    return forward(model, cache, input_ids, list(range(start, start + len(input_ids))), visible)
+
+
+def commit(cache: DynamicCache, keep: list[int]) -> None:
+    """Keep only cache rows `keep` (in that order) on the sequence axis of every layer."""
+    if not cache.layers or not cache.layers[0].is_initialized:
+        return
+    index = None
+    for layer in cache.layers:
+        if not layer.is_initialized:
+            continue
+        if index is None or index.device != layer.keys.device:  # accelerate may split layers over devices
+            index = torch.tensor(keep, device=layer.keys.device)
+        if hasattr(layer, "cumulative_length"):
+            # Sliding-window layers count tokens themselves; only valid while the context fits the window.
+            if layer.keys.shape[-2] != layer.cumulative_length:
+                raise RuntimeError("context longer than the model's sliding window: tree commit unsupported")
+            layer.cumulative_length = len(keep)
+        layer.keys = layer.keys.index_select(-2, index)
+        layer.values = layer.values.index_select(-2, index)

@@ -1,0 +1,46 @@
+"""`python -m engine <command>`: each command lives in engine/commands/<name>.py and exposes
+`register(subparsers)` (adds its parser, sets `func`) so commands stay independent."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from engine.errors import UserError
+from engine.tree import TreeError
+
+COMMANDS = ["generate", "plan", "measure", "profile", "bench", "check"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine",
+                                     description="Sequoia Live engine: tree speculative decoding.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"engine.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"engine.commands.{name}":
+                continue  # command not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+class _ArgumentParserExit(Exception):
+    pass
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # argparse itself exits 2 on malformed flags
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, TreeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

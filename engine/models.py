@@ -1,0 +1,226 @@
+"""Load a draft/target pair (Hugging Face id, local folder, or the embedded default) and check
+that the pair can do exact tree decoding: same tokenizer, custom 4-D masks honoured."""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from engine import attention
+from engine.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT = "default"
+
+
+@dataclass
+class ModelPair:
+    draft: torch.nn.Module
+    target: torch.nn.Module
+    tokenizer: object
+    draft_name: str
+    target_name: str
+    device: torch.device
+    dtype: torch.dtype
+    eos_ids: frozenset[int]
+    context_limit: int
+    vocab_size: int                      # size of the target's logits: the space p and q live in
+    probe: dict = field(default_factory=dict)  # tree-mask probe results, shown by `check`
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def describe(self) -> dict:
+        count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+        return {"draft": self.draft_name, "target": self.target_name,
+                "draft_parameters": count(self.draft), "target_parameters": count(self.target),
+                "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+                "context_limit": self.context_limit, "vocab_size": self.vocab_size}
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device in (None, "", "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown device '{device}' (use cpu, cuda, cuda:N or mps)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError("device 'cuda' asked for, but no CUDA GPU is available here")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise UserError("device 'mps' asked for, but MPS is not available here")
+    return dev
+
+
+def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    if dtype in (None, "", "auto"):
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+             "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+    if dtype not in table:
+        raise UserError(f"unknown dtype '{dtype}' (use float32, bfloat16 or float16)")
+    return table[dtype]
+
+
+def _resolve_source(name: str) -> str:
+    """'default' -> the embedded pair's converted folders are handled by load_pair."""
+    name = (name or "").strip()
+    if not name:
+        raise UserError("model name is empty: give a Hugging Face id, a local folder, or 'default'")
+    return name
+
+
+def _load_tokenizer(source: str):
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError) as exc:
+        raise UserError(_not_found_message(source, exc)) from None
+
+
+def _load_model(source: str, device: torch.device, dtype: torch.dtype):
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    except (OSError, ValueError) as exc:
+        raise UserError(_not_found_message(source, exc)) from None
+    return model.to(device).eval()
+
+
+def _not_found_message(source: str, exc: Exception) -> str:
+    if Path(source).exists():
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"'{source}' is a folder but not a loadable causal-LM: {first}"
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    return (f"model '{source}' is neither a local folder nor a Hugging Face model in the local cache"
+            f"{' (HF_HUB_OFFLINE=1)' if offline else ', and the hub could not be reached or has no such id'}. "
+            "Check the id, or run without --draft/--target to use the embedded default pair.")
+
+
+def check_same_tokenizer(draft_tok, target_tok, draft_name: str, target_name: str) -> None:
+    dv, tv = draft_tok.get_vocab(), target_tok.get_vocab()
+    if dv != tv:
+        only_d = len(set(dv.items()) - set(tv.items()))
+        only_t = len(set(tv.items()) - set(dv.items()))
+        raise UserError(f"the tokenizers differ: {draft_name} has {len(dv)} tokens, {target_name} has {len(tv)}; "
+                        f"{only_d} entries only in the draft, {only_t} only in the target. "
+                        "Speculative decoding needs the same vocabulary.")
+
+
+def context_limit(model, tokenizer) -> int:
+    cfg = model.config
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(cfg, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < 10**8:
+        return value
+    raise UserError(f"cannot tell the context length of {type(model).__name__}")
+
+
+def eos_ids(target, tokenizer) -> frozenset[int]:
+    ids = set()
+    gen = getattr(target, "generation_config", None)
+    for value in (getattr(gen, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(v) for v in value)
+    return frozenset(ids)
+
+
+def probe_tree_mask(model, name: str) -> dict:
+    """Does this model honour a custom 4-D mask with explicit positions on top of its cache?
+
+    Feeds [a] then [b, c] with c blind to b (both at position 1) and compares c's logits with a
+    plain forward of [a, c]. A model that ignores the mask lets c see b and fails."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    a, b, c = 1 % vocab, 2 % vocab, 3 % vocab
+    try:
+        cache = DynamicCache(config=model.config)
+        attention.forward_causal(model, cache, [a])
+        visible = torch.tensor([[True, True, False], [True, False, True]], device=model.device)
+        tree = attention.forward(model, cache, [b, c], [1, 1], visible)
+        right = attention.forward_causal(model, DynamicCache(config=model.config), [a, c])[-1]
+        wrong = attention.forward_causal(model, DynamicCache(config=model.config), [a, b, c])[-1]
+    except Exception as exc:  # noqa: BLE001 - any failure means the family cannot do tree attention
+        raise UserError(f"{name} ({type(model).__name__}) cannot run a forward with a custom 4-D attention "
+                        f"mask: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    error = float((tree[1] - right).abs().max())
+    separation = float((wrong - right).abs().max())
+    ok = error <= max(0.25 * separation, 1e-4)
+    result = {"model": name, "max_error": error, "mask_effect": separation, "passed": ok}
+    if not ok:
+        raise UserError(f"{name} ({type(model).__name__}) ignores custom 4-D attention masks "
+                        f"(tree logits off by {error:.3g}, mask effect {separation:.3g}); it cannot verify trees")
+    return result
+
+
+def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = None,
+              dtype: str | None = None, progress=None) -> ModelPair:
+    """Load and check a pair. `progress(stage, fraction, message)` is called between stages."""
+    def report(stage, fraction, message):
+        log.info(message)
+        if progress:
+            progress(stage, fraction, message)
+
+    draft, target = _resolve_source(draft), _resolve_source(target)
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    draft_src, target_src = draft, target
+    if DEFAULT in (draft, target):
+        from engine.embedded import ensure_default_pair
+        default_draft, default_target = ensure_default_pair(progress=progress)
+        draft_src = str(default_draft) if draft == DEFAULT else draft
+        target_src = str(default_target) if target == DEFAULT else target
+    report("tokenizers", 0.05, "loading tokenizers")
+    draft_tok, target_tok = _load_tokenizer(draft_src), _load_tokenizer(target_src)
+    check_same_tokenizer(draft_tok, target_tok, draft, target)
+    report("target", 0.1, f"loading target {target} on {dev} as {dt}")
+    target_model = _load_model(target_src, dev, dt)
+    report("draft", 0.6, f"loading draft {draft} on {dev} as {dt}")
+    draft_model = _load_model(draft_src, dev, dt)
+    report("probe", 0.9, "checking that both models honour tree attention masks")
+    probe = {"draft": probe_tree_mask(draft_model, draft), "target": probe_tree_mask(target_model, target)}
+    pair = ModelPair(
+        draft=draft_model, target=target_model, tokenizer=target_tok,
+        draft_name=_display_name(draft, draft_src), target_name=_display_name(target, target_src),
+        device=dev, dtype=dt, eos_ids=eos_ids(target_model, target_tok),
+        context_limit=min(context_limit(target_model, target_tok), context_limit(draft_model, draft_tok)),
+        vocab_size=target_model.get_output_embeddings().weight.shape[0], probe=probe)
+    report("ready", 1.0, f"pair ready: {pair.draft_name} -> {pair.target_name}")
+    return pair
+
+
+def _display_name(name: str, source: str) -> str:
+    if name != DEFAULT:
+        return name
+    return Path(source).name
+
+
+def encode_prompt(pair: ModelPair, text: str, chat: bool | None = None) -> list[int]:
+    """Token ids for a prompt; instruct models get their chat template (default when they have one)."""
+    if not isinstance(text, str) or not text.strip():
+        raise UserError("the prompt is empty")
+    use_chat = pair.has_chat_template if chat is None else chat
+    tok = pair.tokenizer
+    if use_chat:
+        if not pair.has_chat_template:
+            raise UserError("chat mode asked for, but this tokenizer has no chat template")
+        ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                      tokenize=True, return_dict=False)
+    else:
+        ids = tok(text, add_special_tokens=True)["input_ids"]
+    ids = [int(i) for i in ids]
+    if not ids:
+        raise UserError("the prompt encodes to no tokens")
+    return ids

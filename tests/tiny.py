@@ -1,0 +1,82 @@
+"""Tiny random-weight model pairs built in-process, saved as real HF folders so the real
+loading code (engine.models.load_pair) is what the tests exercise. No hub, no downloads."""
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from engine.models import load_pair
+
+EOS = "<eos>"
+PROSE_CHARS = "abcdefghijklmnopqrstuvwxyz .,"
+
+
+def make_tokenizer(chars: str) -> PreTrainedTokenizerFast:
+    """Character-level tokenizer; id 0 is EOS."""
+    vocab = {EOS: 0, **{c: i + 1 for i, c in enumerate(chars)}, "<unk>": len(chars) + 1}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, unk_token="<unk>", pad_token=EOS)
+
+
+FAMILIES = {
+    "llama": dict(model_type="llama", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
+    "qwen2": dict(model_type="qwen2", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
+    "gpt2": dict(model_type="gpt2", n_embd=48, n_layer=2, n_head=4, n_positions=256),
+}
+
+
+def make_model(family: str, vocab_size: int, seed: int, init_scale: float = 0.4, **overrides):
+    spec = dict(FAMILIES[family])
+    model_type = spec.pop("model_type")
+    config = AutoConfig.for_model(model_type, vocab_size=vocab_size, initializer_range=init_scale,
+                                  bos_token_id=0, eos_token_id=0, pad_token_id=0, **spec, **overrides)
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def perturbed_copy(model, noise: float, seed: int):
+    """A draft that agrees with the target often but not always: its weights plus noise."""
+    draft = type(model)(model.config).eval()
+    draft.load_state_dict(model.state_dict())
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * noise * (p.std() if p.numel() > 1 else 1.0))
+    return draft
+
+
+def save_pair(root: Path, family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15,
+              seed: int = 0, draft_family: str | None = None) -> tuple[Path, Path]:
+    tok = make_tokenizer(chars)
+    vocab = len(tok)
+    target = make_model(family, vocab, seed)
+    draft = (perturbed_copy(target, noise, seed + 1) if draft_family is None
+             else make_model(draft_family, vocab, seed + 7))
+    paths = []
+    for name, model in (("draft", draft), ("target", target)):
+        path = root / f"{family}-{name}"
+        model.save_pretrained(path)
+        tok.save_pretrained(path)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_pair_dirs(family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15, seed: int = 0):
+    root = Path(tempfile.mkdtemp(prefix=f"sequoia-tiny-{family}-"))
+    return save_pair(root, family, chars, noise, seed)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_pair(family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15, seed: int = 0):
+    draft, target = tiny_pair_dirs(family, chars, noise, seed)
+    return load_pair(str(draft), str(target), device="cpu", dtype="float32")
