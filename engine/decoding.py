@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from engine import attention, sampling
+from engine.errors import UserError
 from engine.methods import Method
 from engine.models import ModelPair
 from engine.settings import Settings
@@ -112,6 +113,11 @@ class Decoder:
     def run(self, prompt_ids: list[int], should_stop: Callable[[], bool] = lambda: False) -> Iterator[StepEvent]:
         pair, s = self.pair, self.settings
         seq = list(prompt_ids)
+        if not seq:
+            raise UserError("the prompt is empty")
+        if len(seq) >= pair.context_limit:
+            raise UserError(f"the prompt has {len(seq)} tokens but the models' context holds {pair.context_limit}; "
+                            "shorten the prompt")
         t0 = self.clock.now()
         if len(seq) > 1:
             attention.forward_causal(pair.target, self.target_cache, seq[:-1])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -80,28 +82,46 @@ def _resolve_source(name: str) -> str:
     return name
 
 
-def _load_tokenizer(source: str):
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP connect, so an offline machine gets its answer in seconds, not after
+    minutes of download retries."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    host = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co").hostname
     try:
-        return AutoTokenizer.from_pretrained(source)
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _from_pretrained(loader, source: str, **kwargs):
+    """Local folder or local HF cache first; the hub only when it can be reached."""
+    try:
+        return loader.from_pretrained(source, local_files_only=True, **kwargs)
+    except (OSError, ValueError) as exc:
+        if Path(source).exists() or not _hub_reachable():
+            raise UserError(_not_found_message(source, exc)) from None
+    try:
+        return loader.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as exc:
         raise UserError(_not_found_message(source, exc)) from None
+
+
+def _load_tokenizer(source: str):
+    return _from_pretrained(AutoTokenizer, source)
 
 
 def _load_model(source: str, device: torch.device, dtype: torch.dtype):
-    try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    except (OSError, ValueError) as exc:
-        raise UserError(_not_found_message(source, exc)) from None
-    return model.to(device).eval()
+    return _from_pretrained(AutoModelForCausalLM, source, dtype=dtype).to(device).eval()
 
 
 def _not_found_message(source: str, exc: Exception) -> str:
     if Path(source).exists():
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"'{source}' is a folder but not a loadable causal-LM: {first}"
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-    return (f"model '{source}' is neither a local folder nor a Hugging Face model in the local cache"
-            f"{' (HF_HUB_OFFLINE=1)' if offline else ', and the hub could not be reached or has no such id'}. "
+    reach = "the hub has no such id" if _hub_reachable() else "the Hugging Face hub cannot be reached (offline?)"
+    return (f"model '{source}' is neither a local folder nor a model in the local Hugging Face cache, and {reach}. "
             "Check the id, or run without --draft/--target to use the embedded default pair.")
 
 

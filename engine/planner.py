@@ -106,7 +106,8 @@ class PlanTable:
                 ok = valid & np.isfinite(g_rev)
                 g_fin = np.where(ok, g_rev, 0.0)
                 g_mask = np.where(ok, 0.0, NEG)
-                T[2:, l, 1] = 1.0 + p[0] * g_prev[1:N]
+                g_ok = np.isfinite(g_prev[1:N])
+                T[2:, l, 1] = np.where(g_ok, 1.0 + p[0] * np.where(g_ok, g_prev[1:N], 0.0), NEG)
                 Y[2:, l, 1] = 1
                 for b in range(2, B + 1):
                     # max-plus convolution over y (the size of root + first b-1 subtrees)

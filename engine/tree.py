@@ -245,6 +245,11 @@ class Tree:
                     raise TreeError(f"growmap: node {v} lists an invalid or repeated child {c}")
                 seen_child.add(c)
                 parents[c] = v
-        if "size" in obj and int(obj["size"]) != n:
-            raise TreeError(f"growmap says size {int(obj['size'])} but lists {n} nodes")
+        if "size" in obj:
+            try:
+                size = int(obj["size"])
+            except (TypeError, ValueError):
+                raise TreeError("growmap 'size' must be an integer") from None
+            if size != n:
+                raise TreeError(f"growmap says size {size} but lists {n} nodes")
         return cls.from_parents(parents)

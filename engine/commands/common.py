@@ -1,0 +1,64 @@
+"""Flags and helpers shared by the CLI commands."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.errors import UserError
+from engine.models import DEFAULT, load_pair
+from engine.settings import Settings
+
+
+def add_pair_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("model pair")
+    g.add_argument("--draft", default=DEFAULT, help="draft model: HF id, local folder, or 'default' (embedded)")
+    g.add_argument("--target", default=DEFAULT, help="target model: HF id, local folder, or 'default' (embedded)")
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
+    g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
+
+
+def add_sampling_args(parser: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
+    g = parser.add_argument_group("sampling")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-sequence tokens")
+    g.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap prompts in the tokenizer's chat template (default: on when it has one)")
+
+
+def settings_from_args(args) -> Settings:
+    return Settings(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                    seed=args.seed, ignore_eos=getattr(args, "ignore_eos", False))
+
+
+def pair_from_args(args):
+    return load_pair(args.draft, args.target, device=args.device, dtype=args.dtype)
+
+
+def read_prompts(path: str | None) -> list[str]:
+    """One prompt per line; the two characters \\n stand for a newline. Blank lines are skipped."""
+    if path is None:
+        return default_prompts()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read prompts file {path}: {exc}") from None
+    prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
+    if not prompts:
+        raise UserError(f"prompts file {path} has no prompts")
+    return prompts
+
+
+def default_prompts() -> list[str]:
+    assets = Path(__file__).resolve().parents[2] / "assets" / "prompts.json"
+    return [p["prompt"] for p in json.loads(assets.read_text(encoding="utf-8"))]
+
+
+def print_json(obj) -> None:
+    json.dump(obj, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()

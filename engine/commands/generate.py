@@ -1,0 +1,97 @@
+"""`python -m engine generate`: one prompt through one method, text or JSON out."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+from engine import methods
+from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_args, print_json,
+                                    settings_from_args)
+from engine.decoding import Decoder
+from engine.errors import UserError
+from engine.models import encode_prompt
+from engine.plans import check_shape, dp_plan
+from engine.tree import Tree
+
+log = logging.getLogger(__name__)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="generate text with one decoding method")
+    add_pair_args(p)
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--method", choices=methods.METHOD_NAMES, default="sequoia")
+    p.add_argument("--budget", type=int, default=16, help="Sequoia tree size in nodes, the root included")
+    p.add_argument("--depth", type=int, default=None,
+                   help="tree levels counting the root (chain/specinfer default 5, Sequoia default 8)")
+    p.add_argument("--width", type=int, default=4, help="SpecInfer: independent chains under the root")
+    p.add_argument("--tree", default=None, help="Sequoia: a tree JSON file or an original growmap .pt")
+    add_sampling_args(p)
+    p.add_argument("--num-samples", type=int, default=1, help="independent samples from the same prompt")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.set_defaults(func=run)
+
+
+def method_from_args(args, pair, settings) -> methods.Method:
+    if args.method == "ar":
+        return methods.autoregressive()
+    depth = args.depth
+    if args.method == "chain":
+        return methods.chain(5 if depth is None else depth)
+    if args.method == "specinfer":
+        return methods.specinfer(args.width, 5 if depth is None else depth)
+    if args.tree:
+        return methods.sequoia(load_tree_file(args.tree))
+    depth = 8 if depth is None else depth
+    check_shape(args.budget, depth)
+    return methods.sequoia(dp_plan(pair, settings, args.budget, depth).tree)
+
+
+def load_tree_file(path: str) -> Tree:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read tree file {path}: {exc.strerror}") from None
+    if path.endswith(".pt"):
+        return Tree.from_growmap(data)
+    return Tree.from_json(data.decode("utf-8", errors="replace"))
+
+
+def run(args) -> int:
+    if args.num_samples < 1:
+        raise UserError(f"--num-samples must be at least 1 (got {args.num_samples})")
+    settings = settings_from_args(args)
+    pair = pair_from_args(args)
+    prompt_ids = encode_prompt(pair, args.prompt, args.chat)
+    method = method_from_args(args, pair, settings)
+    log.info("method %s, tree %d nodes / %d levels", method.label, method.tree.size, method.tree.depth)
+    generator = torch.Generator(device=pair.device).manual_seed(settings.seed)
+    samples, first_events = [], None
+    for i in range(args.num_samples):
+        events = list(Decoder(pair, method, settings, generator=generator).run(prompt_ids))
+        samples.append(events[-1].token_ids)
+        if first_events is None:
+            first_events = events
+        if not args.json:
+            print(events[-1].text if args.num_samples == 1 else f"--- sample {i + 1}\n{events[-1].text}")
+    last = first_events[-1]
+    if args.json:
+        out = {"method": method.name, "label": method.label, "tree": list(method.tree.parents),
+               "token_ids": last.token_ids, "text": last.text, "finish_reason": last.finish_reason,
+               "steps": [{"tokens": len(e.new_token_ids), "accepted_ranks": e.accepted_ranks,
+                          "draft_seconds": e.draft_seconds, "verify_seconds": e.verify_seconds,
+                          "other_seconds": e.other_seconds} for e in first_events if e.nodes],
+               "tokens_per_step": last.tokens_per_step, "tokens_per_second": last.tokens_per_second,
+               "seconds": last.total_seconds, "prefill_seconds": last.prefill_seconds,
+               "prompt_tokens": len(prompt_ids)}
+        if args.num_samples > 1:
+            out["samples"] = samples
+        print_json(out)
+    else:
+        print(f"[{method.label}: {last.total_tokens} tokens in {last.total_steps} steps, "
+              f"{last.tokens_per_step:.2f} tokens/step, {last.tokens_per_second:.1f} tokens/s, "
+              f"finished by {last.finish_reason}]", file=sys.stderr)
+    return 0

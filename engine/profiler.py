@@ -1,0 +1,299 @@
+"""Measurements on the live pair and device: acceptance vectors (ALGORITHM.md §2) and the
+hardware profile t(n) / draft cost per width (§4). Both are cached on disk with the settings
+that produced them; a missing entry is measured, never invented."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+from transformers import DynamicCache
+
+from engine import attention, methods
+from engine.decoding import generate
+from engine.errors import UserError
+from engine.models import ModelPair, encode_prompt
+from engine.paths import cache_dir
+from engine.settings import Settings
+from engine.tree import Tree
+
+log = logging.getLogger(__name__)
+SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "measured"
+Progress = Callable[[float, str], None]
+
+
+class Stopped(Exception):
+    """A measurement ended early by the stop flag."""
+
+
+# ---------------------------------------------------------------- acceptance vectors
+@dataclass
+class AcceptanceVector:
+    probabilities: list[float]          # P(rank k accepted), k = 1..W
+    none: float                         # P(no child accepted)
+    positions: int                      # verification steps observed
+    ci95: list[float]                   # half-width of a 95 % normal interval per rank
+    draft: str
+    target: str
+    sampler: str
+    temperature: float
+    top_p: float
+    width: int
+    prompts: int
+    measured_at: str = ""
+    seconds: float = 0.0
+    source: str = "measured"            # or the cache file it came from
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _key(*parts) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: float, width: int) -> str:
+    sampler = "greedy" if temperature == 0 else sampler
+    return _key("acceptance", pair.draft_name, pair.target_name, sampler, float(temperature),
+                float(top_p) if temperature else 1.0, int(width))
+
+
+def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, top_p: float = 1.0,
+                       sampler: str = "sequoia", width: int = 16, tokens_per_prompt: int = 48,
+                       seed: int = 0, chat: bool | None = None, progress: Progress | None = None,
+                       should_stop: Callable[[], bool] = lambda: False) -> AcceptanceVector:
+    """On-policy: decode with a star tree (root + `width` children) under the sampler that
+    decoding will use and count which rank got accepted. The text produced is exact target
+    sampling, so the positions are the ones real decoding visits."""
+    if not 1 <= width <= 64:
+        raise UserError(f"width must be between 1 and 64 (got {width})")
+    settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=tokens_per_prompt, seed=seed)
+    method = methods.Method("measure", Tree.star(width), sampler)
+    counts, none, start = [0] * width, 0, time.perf_counter()
+    for i, prompt in enumerate(prompts):
+        ids = encode_prompt(pair, prompt, chat)
+        for event in generate(pair, ids, method, settings, should_stop=should_stop):
+            if event.finish_reason == "stopped":
+                raise Stopped("measurement stopped")
+            if not event.nodes:
+                continue
+            if event.accepted_ranks:
+                counts[event.accepted_ranks[0] - 1] += 1
+            else:
+                none += 1
+            if progress:
+                progress((i + min(event.total_tokens / tokens_per_prompt, 1)) / len(prompts),
+                         f"measuring acceptance: prompt {i + 1}/{len(prompts)}, {sum(counts) + none} positions")
+    total = sum(counts) + none
+    if total == 0:
+        raise UserError("no positions measured (prompts ended at once)")
+    probs = [c / total for c in counts]
+    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / total) for p in probs]
+    return AcceptanceVector(probs, none / total, total, ci, pair.draft_name, pair.target_name,
+                            "greedy" if temperature == 0 else sampler, float(temperature),
+                            float(top_p), width, len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"),
+                            time.perf_counter() - start)
+
+
+def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
+                      width: int = 16) -> AcceptanceVector | None:
+    """A measured vector for these exact settings, from the user cache or a file shipped in assets/."""
+    name = acceptance_key(pair, sampler, temperature, top_p, width) + ".json"
+    for folder in (cache_dir() / "acceptance", SHIPPED / "acceptance"):
+        path = folder / name
+        if path.exists():
+            vec = AcceptanceVector(**json.loads(path.read_text()))
+            vec.source = str(path)
+            return vec
+    return None
+
+
+def save_acceptance(pair: ModelPair, vec: AcceptanceVector) -> Path:
+    folder = cache_dir() / "acceptance"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width) + ".json")
+    _write_atomic(path, json.dumps(vec.to_dict(), indent=1))
+    return path
+
+
+def acceptance_vector(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
+                      width: int = 16, prompts: list[str] | None = None, measure: bool = True,
+                      **kwargs) -> AcceptanceVector | None:
+    """The cached vector, or a fresh measurement (then cached) when allowed."""
+    vec = cached_acceptance(pair, temperature, top_p, sampler, width)
+    if vec is not None or not measure:
+        return vec
+    if prompts is None:
+        from engine.commands.common import default_prompts
+        prompts = default_prompts()
+    vec = measure_acceptance(pair, prompts, temperature, top_p, sampler, width, **kwargs)
+    vec.source = str(save_acceptance(pair, vec))
+    return vec
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------- device profile
+@dataclass
+class DeviceProfile:
+    target_seconds: dict[int, float]     # n tree tokens verified in one target forward
+    draft_seconds: dict[int, float]      # one draft forward over `width` tokens
+    overhead_seconds: float              # per step, everything but the forwards
+    prefix_tokens: int
+    repeats: int
+    draft: str
+    target: str
+    device: str
+    dtype: str
+    machine: dict = field(default_factory=dict)
+    measured_at: str = ""
+    source: str = "measured"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, obj: dict) -> "DeviceProfile":
+        obj = dict(obj)
+        obj["target_seconds"] = {int(k): float(v) for k, v in obj["target_seconds"].items()}
+        obj["draft_seconds"] = {int(k): float(v) for k, v in obj["draft_seconds"].items()}
+        return cls(**obj)
+
+
+def geometric_grid(maximum: int) -> list[int]:
+    grid, n = [], 1
+    while n < maximum:
+        grid.append(n)
+        n *= 2
+    grid.append(maximum)
+    return sorted(set(grid))
+
+
+def machine_description(device: torch.device | str | None = None) -> dict:
+    import transformers
+    info = {"platform": platform.platform(), "processor": _cpu_name(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "python": platform.python_version()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    if device is not None:
+        info["device"] = str(device)
+    return info
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop) -> float:
+    """Median seconds of one forward over n tree tokens (a star: all at one depth) on a
+    cache that already holds the prefix; the cache is cut back after each try."""
+    cache = DynamicCache(config=model.config)
+    attention.forward_causal(model, cache, prefix_ids)
+    base = len(prefix_ids)
+    tree = Tree.star(n - 1) if n > 1 else Tree((-1,))
+    visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(n)), list(range(n)), model.device)
+    ids = [(7 * i + 3) % model.config.vocab_size for i in range(n)]
+    positions = [base + d for d in tree.depth_of]
+    times = []
+    for attempt in range(repeats + 1):  # the first run is warm-up
+        if should_stop():
+            raise Stopped("profiling stopped")
+        t0 = clock()
+        attention.forward(model, cache, ids, positions, visible)
+        elapsed = clock() - t0
+        attention.commit(cache, list(range(base)))
+        if attempt:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
+def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None = None, prefix_tokens: int = 128,
+                   repeats: int = 5, progress: Progress | None = None,
+                   should_stop: Callable[[], bool] = lambda: False) -> DeviceProfile:
+    if not 1 <= max_budget <= 1024:
+        raise UserError(f"max budget must be between 1 and 1024 (got {max_budget})")
+    prefix_tokens = max(1, min(prefix_tokens, pair.context_limit - max_budget - 1))
+    sync = torch.cuda.synchronize if pair.device.type == "cuda" else (lambda: None)
+
+    def clock():
+        sync()
+        return time.perf_counter()
+
+    vocab = pair.vocab_size
+    prefix = [(31 * i + 11) % vocab for i in range(prefix_tokens)]
+    target_grid, draft_grid = geometric_grid(max_budget), geometric_grid(max_width or max_budget)
+    jobs = [("target", n) for n in target_grid] + [("draft", w) for w in draft_grid]
+    target_s, draft_s = {}, {}
+    for i, (role, n) in enumerate(jobs):
+        if progress:
+            progress(i / (len(jobs) + 1), f"profiling {role} forward over {n} tokens")
+        model = pair.target if role == "target" else pair.draft
+        (target_s if role == "target" else draft_s)[n] = _time_forward(model, prefix, n, repeats, clock, should_stop)
+    if progress:
+        progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead")
+    overhead = _measure_overhead(pair, prefix, should_stop)
+    return DeviceProfile(target_s, draft_s, overhead, prefix_tokens, repeats, pair.draft_name, pair.target_name,
+                         str(pair.device), str(pair.dtype).replace("torch.", ""), machine_description(pair.device),
+                         time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def _measure_overhead(pair: ModelPair, prefix: list[int], should_stop) -> float:
+    """Median 'other' time (walk, commit, bookkeeping) of a few real steps with a small tree."""
+    method = methods.sequoia(Tree.from_branching([2, 1, 1]))
+    others = []
+    for event in generate(pair, prefix, method, Settings(max_new_tokens=12, ignore_eos=True), should_stop=should_stop):
+        if event.finish_reason == "stopped":
+            raise Stopped("profiling stopped")
+        if event.nodes:
+            others.append(event.other_seconds)
+    return statistics.median(others) if others else 0.0
+
+
+def profile_key(pair: ModelPair) -> str:
+    return _key("profile", pair.draft_name, pair.target_name, str(pair.device), str(pair.dtype))
+
+
+def cached_profile(pair: ModelPair) -> DeviceProfile | None:
+    name = profile_key(pair) + ".json"
+    for folder in (cache_dir() / "profiles", SHIPPED / "profiles"):
+        path = folder / name
+        if path.exists():
+            prof = DeviceProfile.from_dict(json.loads(path.read_text()))
+            prof.source = str(path)
+            return prof
+    return None
+
+
+def save_profile(pair: ModelPair, prof: DeviceProfile) -> Path:
+    folder = cache_dir() / "profiles"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / (profile_key(pair) + ".json")
+    _write_atomic(path, json.dumps(prof.to_dict(), indent=1))
+    return path
+
+
+def device_profile(pair: ModelPair, measure: bool = True, **kwargs) -> DeviceProfile | None:
+    prof = cached_profile(pair)
+    if prof is not None or not measure:
+        return prof
+    prof = profile_device(pair, **kwargs)
+    prof.source = str(save_profile(pair, prof))
+    return prof

@@ -1,0 +1,234 @@
+"""The embedded default pair: chunk lookup, verified assembly, crash-safe conversion.
+
+Fast tests use tiny fake chunk packages and a fake converter; the `slow` test uses the real
+installed packages (minutes on a cold cache, seconds once converted)."""
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from engine import embedded
+from engine.embedded import DRAFT, SOURCE_FILE, TARGET, ModelSpec, UserError
+
+PARTS = [b"GGUF" + b"a" * 1000, b"b" * 777, b"c" * 5]
+BLOB = b"".join(PARTS)
+
+
+def make_packages(root, prefix, parts):
+    """Importable-looking packages <prefix>1..N, each with data/partNN.bin (never imported)."""
+    for i, data in enumerate(parts, 1):
+        pkg = root / f"{prefix.replace('-', '_')}{i}"
+        (pkg / "data").mkdir(parents=True)
+        (pkg / "__init__.py").write_text("raise RuntimeError('chunk packages must not be imported')\n")
+        (pkg / "data" / f"part{i:02d}.bin").write_bytes(data)
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A spec over fake packages on sys.path, an empty cache, and a fake converter."""
+    prefix = f"sequoia-fake-{tmp_path.name[-12:].replace('-', '_').lower()}-part"
+    make_packages(tmp_path / "site", prefix, PARTS)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_export(gguf, out, progress):
+        calls.append(gguf.read_bytes())
+        (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(embedded, "_export_hf", fake_export)
+    spec = ModelSpec(role="draft", repo="Test/Fake-Model", package_prefix=prefix, version="1.0", count=len(PARTS),
+                     size=len(BLOB), sha256=hashlib.sha256(BLOB).hexdigest(), gguf_name="fake.gguf",
+                     folder_bytes=1000)
+    return spec, calls
+
+
+def test_specs_are_pinned():
+    assert (DRAFT.size, DRAFT.count, TARGET.size, TARGET.count) == (491_400_064, 6, 1_117_320_768, 22)
+    assert DRAFT.sha256.startswith("1d961463") and TARGET.sha256.startswith("cc324af0")
+    assert DRAFT.folder_name != TARGET.folder_name
+
+
+def test_cache_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    assert embedded.cache_dir() == tmp_path
+    monkeypatch.delenv("SEQUOIA_CACHE")
+    assert embedded.cache_dir().name == "sequoia-live"
+
+
+def test_locate_chunks_finds_without_importing(fake):
+    spec, _ = fake
+    chunks = embedded.locate_chunks(spec)
+    assert [c.read_bytes() for c in chunks] == PARTS
+    assert not any(m.startswith(spec.package_prefix.replace("-", "_")) for m in sys.modules)
+
+
+def test_missing_package_names_the_fix(fake, tmp_path):
+    spec, _ = fake
+    (tmp_path / "site" / f"{spec.package_prefix.replace('-', '_')}2" / "data" / "part02.bin").unlink()
+    bigger = replace(spec, count=4)  # part 4 was never installed
+    with pytest.raises(UserError) as err:
+        embedded.locate_chunks(bigger)
+    msg = str(err.value)
+    assert f"{spec.package_prefix}2" in msg and f"{spec.package_prefix}4" in msg
+    assert f"{spec.package_prefix}1," not in msg
+    assert "pip install" in msg and f"{spec.package_prefix}4==1.0" in msg
+
+
+def test_assemble_verifies_and_writes(fake, tmp_path):
+    spec, _ = fake
+    seen = []
+    dest = embedded.assemble(embedded.locate_chunks(spec), tmp_path / "out.gguf", spec.size, spec.sha256,
+                             lambda *a: seen.append(a))
+    assert dest.read_bytes() == BLOB
+    assert seen[-1][:2] == ("assemble", 1.0)
+    mark = json.loads((tmp_path / "out.gguf.verified.json").read_text())
+    assert mark["sha256"] == spec.sha256 and mark["size"] == len(BLOB)
+
+
+def test_assemble_default_progress(fake, tmp_path, caplog):
+    spec, _ = fake
+    with caplog.at_level("INFO"):
+        embedded.assemble(embedded.locate_chunks(spec), tmp_path / "out.gguf", spec.size, spec.sha256)
+    assert "assembling out.gguf" in caplog.text
+
+
+def test_assemble_refuses_corrupt_chunk(fake, tmp_path):
+    spec, _ = fake
+    chunks = embedded.locate_chunks(spec)
+    bad = tmp_path / "bad.bin"
+    data = bytearray(chunks[1].read_bytes())
+    data[100] ^= 1  # same size, one flipped bit
+    bad.write_bytes(bytes(data))
+    with pytest.raises(UserError) as err:
+        embedded.assemble([chunks[0], bad, chunks[2]], tmp_path / "out.gguf", spec.size, spec.sha256,
+                          lambda *a: None, fix="Reinstall them.")
+    msg = str(err.value)
+    assert "out.gguf" in msg and "hash" in msg and spec.sha256 in msg
+    assert hashlib.sha256(PARTS[0] + bytes(data) + PARTS[2]).hexdigest() in msg  # the actual hash
+    assert "Reinstall" in msg
+    assert not list(tmp_path.glob("*out.gguf*"))  # nothing half-written is left behind
+
+
+def test_assemble_refuses_wrong_size(fake, tmp_path):
+    spec, _ = fake
+    chunks = embedded.locate_chunks(spec)
+    with pytest.raises(UserError, match="add up to"):
+        embedded.assemble(chunks[:2], tmp_path / "out.gguf", spec.size, spec.sha256, lambda *a: None)
+
+
+def test_ensure_model_converts_once_and_cleans_up(fake):
+    spec, calls = fake
+    out = embedded.ensure_model(spec, lambda *a: None)
+    assert calls == [BLOB] and embedded.is_ready(out, spec)
+    source = json.loads((out / SOURCE_FILE).read_text())
+    assert source["sha256"] == spec.sha256 and source["size"] == spec.size
+    assert set(source["packages"]) == set(spec.packages)
+    assert not (out.parent / spec.gguf_name).exists()  # the gguf is dropped after conversion
+    assert embedded.ensure_model(spec, lambda *a: None) == out and len(calls) == 1  # warm: no work
+
+
+def test_interrupted_conversion_is_redone(fake, monkeypatch):
+    spec, calls = fake
+    root = embedded.cache_dir() / embedded.DEFAULT_NAME
+
+    def crash(gguf, out, progress):
+        (out / "config.json").write_text("{}")
+        raise RuntimeError("killed midway")
+
+    good = embedded._export_hf
+    monkeypatch.setattr(embedded, "_export_hf", crash)
+    with pytest.raises(RuntimeError, match="midway"):
+        embedded.ensure_model(spec, lambda *a: None)
+    out = root / spec.folder_name
+    assert not out.exists()
+    assert (root / spec.gguf_name).read_bytes() == BLOB  # verified gguf kept for the retry
+
+    # what a hard kill would leave: a temp folder and a final-looking folder without marker
+    (root / f".{spec.folder_name}.tmp-99999").mkdir()
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    assert not embedded.is_ready(out, spec)
+
+    stages = []
+    monkeypatch.setattr(embedded, "_export_hf", good)
+    assert embedded.ensure_model(spec, lambda s, f, m: stages.append(s)) == out
+    assert embedded.is_ready(out, spec) and (out / "model.safetensors").exists()
+    assert "assemble" not in stages  # the verified gguf was reused, not re-hashed
+    assert not list(root.glob(".*.tmp-*"))
+
+
+def test_changed_gguf_is_reassembled(fake, monkeypatch):
+    spec, calls = fake
+    root = embedded.cache_dir() / embedded.DEFAULT_NAME
+
+    def stop(*args):
+        raise RuntimeError("stop")
+
+    good = embedded._export_hf
+    monkeypatch.setattr(embedded, "_export_hf", stop)
+    with pytest.raises(RuntimeError):
+        embedded.ensure_model(spec, lambda *a: None)
+    gguf = root / spec.gguf_name
+    gguf.write_bytes(b"x" * len(BLOB))  # same size, new mtime: no longer the verified file
+    assert not embedded._verified(gguf, spec)
+    monkeypatch.setattr(embedded, "_export_hf", good)
+    embedded.ensure_model(spec, lambda *a: None)
+    assert calls == [BLOB]  # rebuilt from the chunks before converting
+
+
+def test_stale_marker_for_other_hash_is_not_ready(fake):
+    spec, _ = fake
+    out = embedded.ensure_model(spec, lambda *a: None)
+    assert not embedded.is_ready(out, replace(spec, sha256="0" * 64))
+
+
+def test_default_pair_fails_fast_on_missing_package(fake, monkeypatch):
+    spec, calls = fake
+    missing = replace(spec, role="target", package_prefix="sequoia-never-installed-part")
+    monkeypatch.setattr(embedded, "DEFAULT_PAIR", (spec, missing))
+    with pytest.raises(UserError, match="sequoia-never-installed-part1"):
+        embedded.ensure_default_pair(lambda *a: None)
+    assert calls == []  # nothing converted before the error
+
+
+@pytest.fixture
+def real_cache(monkeypatch):
+    """Where the slow test finds the real pair. A user cache that is already complete is only
+    read (ensure_default_pair writes nothing then); otherwise the pair is converted into the
+    test cache (about 2 minutes, 4.8 GB) and removed afterwards so temp dirs do not pile up."""
+    user = Path.home() / ".cache" / "sequoia-live"
+    if all(embedded.is_ready(user / embedded.DEFAULT_NAME / s.folder_name, s) for s in embedded.DEFAULT_PAIR):
+        monkeypatch.setenv("SEQUOIA_CACHE", str(user))
+        yield user
+        return
+    yield embedded.cache_dir()
+    if embedded.cache_dir().resolve().is_relative_to(Path(tempfile.gettempdir()).resolve()):
+        shutil.rmtree(embedded.cache_dir() / embedded.DEFAULT_NAME, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_real_default_pair(real_cache):
+    from transformers import AutoTokenizer
+
+    draft_dir, target_dir = embedded.ensure_default_pair()
+    toks = []
+    for spec, folder in ((DRAFT, draft_dir), (TARGET, target_dir)):
+        source = json.loads((folder / SOURCE_FILE).read_text())
+        assert (source["sha256"], source["size"]) == (spec.sha256, spec.size)
+        assert (folder / "config.json").is_file() and list(folder.glob("*.safetensors"))
+        toks.append(AutoTokenizer.from_pretrained(folder))
+    draft_tok, target_tok = toks
+    assert draft_tok.get_vocab() == target_tok.get_vocab()
+    for tok in toks:
+        assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == 151645
+        assert tok.pad_token == "<|endoftext|>"
+        assert "<|im_start|>" in tok.chat_template
+        ids = tok("def f(): pass")["input_ids"]
+        assert ids == draft_tok("def f(): pass")["input_ids"] and ids[0] != 151643  # no BOS

@@ -1,0 +1,165 @@
+"""Exactness on tiny real HF models: greedy output equals the target's own greedy generate(),
+sampled output follows the target's distribution, and the caches hold exactly the committed text."""
+import collections
+import copy
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers import DynamicCache
+
+from engine import attention, methods, sampling
+from engine.decoding import Decoder, generate_ids
+from engine.models import encode_prompt
+from engine.plans import table_for
+from engine.settings import Settings
+from engine.tree import Tree
+from tests.tiny import tiny_pair
+
+GREEDY_TOKENS = 48
+
+
+def greedy_reference(pair, ids, n):
+    out = pair.target.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+                               eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def shapes():
+    planner_tree = table_for([0.55, 0.2, 0.1, 0.05], 24, 7).tree(24, 7)
+    return {
+        "chain-deep": methods.chain(9),
+        "specinfer-wide": methods.specinfer(6, 3),
+        "sequoia-wide": methods.sequoia(Tree.star(12)),
+        "sequoia-planner": methods.sequoia(planner_tree),
+        "sequoia-irregular": methods.sequoia(Tree.from_branching([3, 2, 1, 0, 1, 2, 0, 1])),
+        "ar": methods.autoregressive(),
+    }
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_greedy_equals_target_generate(family):
+    pair = tiny_pair(family)
+    steps = collections.Counter()
+    for prompt in ("hello world", "zebra", "tree decoding"):
+        ids = encode_prompt(pair, prompt, chat=False)
+        reference = greedy_reference(pair, ids, GREEDY_TOKENS)
+        for name, method in shapes().items():
+            out, events = generate_ids(pair, ids, method, Settings(max_new_tokens=GREEDY_TOKENS, ignore_eos=True))
+            assert out == reference, f"{family}/{name} diverged at {next(i for i, (a, b) in enumerate(zip(out, reference)) if a != b)}"
+            steps[name] += events[-1].total_steps
+    for name, method in shapes().items():
+        if method.uses_draft:
+            # the trees must really have accepted drafted tokens, or equality proves little
+            assert steps[name] < 0.9 * steps["ar"], (name, steps[name], steps["ar"])
+
+
+def fresh_logits(model, seq):
+    return attention.forward_causal(model, DynamicCache(config=model.config), seq)[-1]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_caches_hold_exactly_the_committed_sequence(temperature):
+    pair = tiny_pair("llama")
+    ids = encode_prompt(pair, "hello world", chat=False)
+    method = methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1, 1]))
+    decoder = Decoder(pair, method, Settings(temperature=temperature, max_new_tokens=30, ignore_eos=True, seed=4))
+    steps = 0
+    for event in decoder.run(ids):
+        if event.done:
+            break
+        seq = ids + event.token_ids
+        # target: cache holds seq[:-1]; feeding the root must give the fresh forward's logits
+        cache = copy.deepcopy(decoder.target_cache)
+        assert cache.get_seq_length() == len(seq) - 1
+        got = attention.forward(pair.target, cache, [seq[-1]], [len(seq) - 1],
+                                attention.causal_visibility(len(seq) - 1, 1, pair.device))[-1]
+        torch.testing.assert_close(got, fresh_logits(pair.target, seq), atol=1e-4, rtol=1e-4)
+        # draft: cache holds a prefix of seq; feeding the rest must match too
+        cache = copy.deepcopy(decoder.draft_cache)
+        held = cache.get_seq_length()
+        assert held == decoder.draft_len and held < len(seq)
+        got = attention.forward_causal(pair.draft, cache, seq[held:])[-1]
+        torch.testing.assert_close(got, fresh_logits(pair.draft, seq), atol=1e-4, rtol=1e-4)
+        steps += 1
+    assert steps > 5
+
+
+# ------------------------------------------------------------------ distribution tests
+DIST_CHARS = "abcde"  # vocab: eos + 5 letters + unk = 7, so 49 two-token continuations
+SAMPLES = 1500
+
+
+def exact_two_token_distribution(pair, ids, temperature, top_p):
+    first = sampling.target_distribution(fresh_logits(pair.target, ids), temperature, top_p)
+    table = {}
+    for a in range(len(first)):
+        if first[a] == 0:
+            continue
+        second = sampling.target_distribution(fresh_logits(pair.target, ids + [a]), temperature, top_p)
+        for b in range(len(second)):
+            table[(a, b)] = float(first[a] * second[b])
+    return table
+
+
+def chi_square_pvalue(samples, exact):
+    counts = collections.Counter(tuple(s) for s in samples)
+    n = len(samples)
+    observed, expected, other_obs, other_exp = [], [], 0, 0.0
+    for key, prob in sorted(exact.items(), key=lambda kv: -kv[1]):
+        if prob * n >= 5:
+            observed.append(counts.pop(key, 0))
+            expected.append(prob * n)
+        else:
+            other_obs += counts.pop(key, 0)
+            other_exp += prob * n
+    assert not counts, f"impossible continuations sampled: {list(counts)[:5]}"
+    if other_exp > 0:
+        observed.append(other_obs)
+        expected.append(other_exp)
+    else:
+        assert other_obs == 0
+    scale = sum(observed) / sum(expected)
+    return chisquare(observed, [e * scale for e in expected]).pvalue
+
+
+def two_token_samples(pair, ids, method, settings, n):
+    g = torch.Generator().manual_seed(settings.seed)
+    return [generate_ids(pair, ids, method, settings, generator=g)[0] for _ in range(n)]
+
+
+DIST_METHODS = {
+    "sequoia": methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1])),
+    "specinfer": methods.specinfer(3, 3),
+    "chain": methods.chain(3),
+}
+
+
+@pytest.fixture(scope="module")
+def dist_pair():
+    # a draft far from the target, so rejections and residuals matter
+    return tiny_pair("llama", chars=DIST_CHARS, noise=0.8, seed=3)
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
+@pytest.mark.parametrize("name", list(DIST_METHODS))
+def test_sampled_continuations_follow_target(dist_pair, name, temperature, top_p):
+    ids = encode_prompt(dist_pair, "abca", chat=False)
+    settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=2, ignore_eos=True, seed=11)
+    samples = two_token_samples(dist_pair, ids, DIST_METHODS[name], settings, SAMPLES)
+    assert chi_square_pvalue(samples, exact_two_token_distribution(dist_pair, ids, temperature, top_p)) > 1e-3
+
+
+def test_distribution_test_fails_for_a_wrong_verifier(dist_pair, monkeypatch):
+    """The same test with the residual update removed must fail: the test has teeth."""
+    def no_residual(p, q, children, generator):
+        for position, token in enumerate(children):
+            r = float(torch.rand((), generator=generator, dtype=torch.float64))
+            if r * float(q[token]) < float(p[token]):
+                return sampling.Verdict(position, None, [False] * position + [True])
+        return sampling.Verdict(None, p.clone(), [False] * len(children))
+    monkeypatch.setattr(sampling, "verify_sequoia", no_residual)
+    ids = encode_prompt(dist_pair, "abca", chat=False)
+    settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=11)
+    samples = two_token_samples(dist_pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES)
+    assert chi_square_pvalue(samples, exact_two_token_distribution(dist_pair, ids, 1.0, 1.0)) < 1e-4

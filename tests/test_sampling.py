@@ -1,0 +1,130 @@
+"""Verifier units on hand-made distributions (ALGORITHM.md §3), no models."""
+import collections
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from engine import sampling
+
+
+def t(*xs):
+    return torch.tensor(xs, dtype=torch.float64)
+
+
+def gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def acceptance_rate(verify, draw, p, q, k, trials=4000, seed=0):
+    g = gen(seed)
+    hits = 0
+    for _ in range(trials):
+        children = draw(q, k, g)
+        hits += verify(p, q, children, g).accepted is not None
+    return hits / trials
+
+
+def test_sequoia_covers_support_specinfer_does_not():
+    p, q = t(1, 0, 0), t(0.5, 0.5, 0)
+    seq = acceptance_rate(sampling.verify_sequoia, sampling.draw_without_replacement, p, q, 2)
+    spec = acceptance_rate(sampling.verify_specinfer, sampling.draw_with_replacement, p, q, 2)
+    assert seq == 1.0
+    assert abs(spec - 0.75) < 0.03
+
+
+def test_zero_draft_probability_is_never_auto_accepted():
+    # token 2 has q = 0 (as if float16 underflowed); even with p putting all mass there,
+    # it must not pass the test r * q < p.
+    p, q = t(0, 0, 1), t(0.5, 0.5, 0)
+    for seed in range(50):
+        verdict = sampling.verify_sequoia(p, q, [2], gen(seed))
+        assert verdict.accepted is None
+        verdict = sampling.verify_specinfer(p, q, [2], gen(seed))
+        assert verdict.accepted is None
+
+
+def test_exhausted_draft_mass_falls_back_to_uniform_and_stays_exact():
+    # q has support {0}; with 3 children, children 2 and 3 come from the uniform fallback.
+    p, q = t(0.2, 0.3, 0.5, 0.0), t(1.0, 0, 0, 0)
+    g = gen(1)
+    counts = collections.Counter()
+    n = 6000
+    for _ in range(n):
+        children = sampling.draw_without_replacement(q, 3, g)
+        assert children[0] == 0 and len(set(children)) == 3
+        verdict = sampling.verify_sequoia(p, q, children, g)
+        if verdict.accepted is not None:
+            counts[children[verdict.accepted]] += 1
+        else:
+            assert torch.isfinite(verdict.residual).all() and abs(float(verdict.residual.sum()) - 1) < 1e-9
+            counts[sampling.sample_token(verdict.residual, g)] += 1
+    observed = [counts[i] for i in range(3)]
+    assert counts[3] == 0
+    assert chisquare(observed, [n * x for x in (0.2, 0.3, 0.5)]).pvalue > 1e-3
+
+
+def test_greedy_verifier_accepts_only_the_argmax():
+    assert sampling.verify_greedy(5, [3, 5, 7]).accepted == 1
+    v = sampling.verify_greedy(5, [3, 7])
+    assert v.accepted is None and v.tried == [False, False]
+
+
+def test_draws_without_replacement_follow_successive_conditionals():
+    q = t(0.5, 0.3, 0.2)
+    g = gen(3)
+    first, second = collections.Counter(), collections.Counter()
+    n = 6000
+    for _ in range(n):
+        a, b = sampling.draw_without_replacement(q, 2, g)
+        first[a] += 1
+        if a == 0:
+            second[b] += 1
+    assert chisquare([first[i] for i in range(3)], [n * x for x in (0.5, 0.3, 0.2)]).pvalue > 1e-3
+    m = sum(second.values())
+    assert chisquare([second[1], second[2]], [m * 0.6, m * 0.4]).pvalue > 1e-3
+
+
+def emitted_distribution_pvalue(verify, draw, p, q, k, n=8000, seed=0):
+    g = gen(seed)
+    counts = collections.Counter()
+    for _ in range(n):
+        children = draw(q, k, g)
+        verdict = verify(p, q, children, g)
+        token = children[verdict.accepted] if verdict.accepted is not None else sampling.sample_token(verdict.residual, g)
+        counts[token] += 1
+    return chisquare([counts[i] for i in range(len(p))], [n * float(x) for x in p]).pvalue
+
+
+P = t(0.35, 0.25, 0.2, 0.1, 0.06, 0.04)
+Q = t(0.05, 0.1, 0.15, 0.3, 0.25, 0.15)
+
+
+@pytest.mark.parametrize("verify,draw", [
+    (sampling.verify_sequoia, sampling.draw_without_replacement),
+    (sampling.verify_specinfer, sampling.draw_with_replacement),
+])
+def test_emitted_token_follows_target(verify, draw):
+    assert emitted_distribution_pvalue(verify, draw, P, Q, k=3) > 1e-3
+
+
+def wrong_verifier_no_residual(p, q, children, generator):
+    """A broken verifier: rejections never update the residual (bonus drawn from p)."""
+    for position, token in enumerate(children):
+        r = float(torch.rand((), generator=generator, dtype=torch.float64))
+        if r * float(q[token]) < float(p[token]):
+            return sampling.Verdict(position, None)
+    return sampling.Verdict(None, p.clone())
+
+
+def test_distribution_check_has_teeth():
+    assert emitted_distribution_pvalue(wrong_verifier_no_residual, sampling.draw_without_replacement, P, Q, k=3) < 1e-6
+
+
+def test_top_p_matches_transformers_warper_definition():
+    from transformers.generation.logits_process import TopPLogitsWarper
+    logits = torch.tensor([2.0, 1.0, 0.5, 0.1, -1.0])
+    p = sampling.target_distribution(logits, 0.7, 0.8)
+    ref = torch.softmax(TopPLogitsWarper(0.8)(None, (logits / 0.7)[None])[0].double(), -1)
+    assert torch.allclose(p, ref)
+    assert (p == 0).sum() >= 1  # top-p removed something
