@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from engine.paths import cache_dir  # noqa: F401 - re-exported for callers of this module
 from engine.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,6 @@ TARGET = ModelSpec(
     gguf_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", folder_bytes=3_600_000_000,
 )
 DEFAULT_PAIR = (DRAFT, TARGET)
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SEQUOIA_CACHE") or Path.home() / ".cache" / "sequoia-live").expanduser()
 
 
 def locate_chunks(spec: ModelSpec) -> list[Path]:

@@ -7,4 +7,4 @@ from pathlib import Path
 
 def cache_dir() -> Path:
     """$SEQUOIA_CACHE, else ~/.cache/sequoia-live."""
-    return Path(os.environ.get("SEQUOIA_CACHE") or Path.home() / ".cache" / "sequoia-live")
+    return Path(os.environ.get("SEQUOIA_CACHE") or Path.home() / ".cache" / "sequoia-live").expanduser()

@@ -24,6 +24,17 @@ def register(subparsers) -> None:
     p.add_argument("--budget", type=int, help="tree nodes, root included")
     p.add_argument("--depth", type=int, help="max levels, root included")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    g = p.add_argument_group("model pair (when --acceptance is not given)")
+    g.add_argument("--draft", default=None, help="draft model (default: the embedded pair)")
+    g.add_argument("--target", default=None, help="target model (default: the embedded pair)")
+    g.add_argument("--device", default="auto")
+    g.add_argument("--dtype", default="auto")
+    g.add_argument("--temperature", type=float, default=None, help="use the pair's vector measured at this temperature")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--prompts", default=None, help="prompts file for measuring the vector if not cached")
+    g.add_argument("--auto", action="store_true",
+                   help="hardware-aware: choose budget and depth from this device's measured profile")
+    g.add_argument("--max-budget", type=int, default=128, help="--auto searches budgets up to this")
     p.add_argument("--time-dp", action="store_true",
                    help="time building the DP table (defaults: budget 256, depth 16, a synthetic "
                         "32-rank vector used for timing only)")
@@ -109,9 +120,55 @@ def time_dp(args) -> int:
     return 0
 
 
+def uses_pair(args) -> bool:
+    return not args.acceptance and (args.temperature is not None or args.auto or args.draft or args.target)
+
+
+def run_with_pair(args) -> int:
+    """Acceptance vector of the loaded pair (cached, or measured now), then DP or hardware-aware."""
+    from engine.commands.common import print_json, read_prompts
+    from engine.models import DEFAULT, load_pair
+    from engine.plans import auto_plan, dp_plan
+    from engine.settings import Settings
+
+    settings = Settings(temperature=0.0 if args.temperature is None else args.temperature, top_p=args.top_p)
+    prompts = read_prompts(args.prompts) if args.prompts else None
+    if not args.auto:
+        _budget_depth(args)
+    pair = load_pair(args.draft or DEFAULT, args.target or DEFAULT, device=args.device, dtype=args.dtype)
+    if args.auto:
+        plan = auto_plan(pair, settings, max_budget=args.max_budget, max_depth=args.depth or 16,
+                         prompts=prompts, profile_kwargs={"max_budget": args.max_budget})
+    else:
+        plan = dp_plan(pair, settings, args.budget, args.depth, prompts=prompts)
+    result = plan.summary()
+    result.update(max_depth=args.depth, temperature=settings.temperature, top_p=settings.top_p)
+    if plan.choice is not None:
+        result.update(budget=plan.choice.n, max_depth=plan.choice.d,
+                      predicted_tokens_per_step=plan.choice.predicted_tokens_per_step,
+                      predicted_seconds_per_step=plan.choice.predicted_seconds_per_step,
+                      baseline_seconds_per_token=plan.choice.baseline_seconds_per_token)
+    if args.json:
+        print_json(result)
+        return 0
+    acc = plan.acceptance
+    print(f"acceptance ({acc.sampler}, T={acc.temperature}, top-p={acc.top_p}, {acc.positions} positions, "
+          f"{acc.source}): {', '.join(f'{a:.3f}' for a in acc.probabilities[:8])}{' ...' if len(acc.probabilities) > 8 else ''}")
+    if plan.choice is not None:
+        c = plan.choice
+        print(f"hardware-aware choice on {pair.device}: n={c.n}, d={c.d}; predicted {c.predicted_tokens_per_step:.2f} "
+              f"tokens/step, {c.predicted_tokens_per_second:.2f} tokens/s, {c.predicted_speedup:.2f}x over autoregressive")
+    print(f"tree: {plan.tree.size} nodes, {plan.tree.depth} levels, widths {plan.tree.level_widths}; "
+          f"expected tokens/step {plan.expected_tokens:.3f}")
+    print(draw(plan.tree, acc.probabilities))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     if args.time_dp:
         return time_dp(args)
+    if uses_pair(args):
+        return run_with_pair(args)
     acceptance = acceptance_from_args(args)
     budget, depth = _budget_depth(args)
     result = plan_result(acceptance, budget, depth)

@@ -1,0 +1,35 @@
+"""`python -m engine profile`: time the target's tree verification t(n) and the draft's
+forward cost per width on this device (ALGORITHM.md §4)."""
+from __future__ import annotations
+
+from engine.commands.common import add_pair_args, pair_from_args, print_json
+from engine.profiler import profile_device, save_profile
+
+
+def register(sub) -> None:
+    p = sub.add_parser("profile", help="measure t(n) and draft cost on this device")
+    add_pair_args(p)
+    p.add_argument("--max-budget", type=int, default=64, help="largest tree (tokens) timed")
+    p.add_argument("--prefix", type=int, default=128, help="tokens of KV prefix under the tree")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    pair = pair_from_args(args)
+    prof = profile_device(pair, max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats)
+    prof.source = str(save_profile(pair, prof))
+    if args.json:
+        print_json(prof.to_dict())
+        return 0
+    t1, d1 = prof.target_seconds[1], prof.draft_seconds[1]
+    print(f"{pair.target_name} on {prof.device} ({prof.dtype}), prefix {prof.prefix_tokens} tokens, "
+          f"median of {prof.repeats}; cached at {prof.source}")
+    print("  n    target ms   t(n)/t(1)   draft ms (width n)")
+    for n in sorted(prof.target_seconds):
+        d = prof.draft_seconds.get(n)
+        print(f"  {n:<4d} {prof.target_seconds[n] * 1e3:9.2f}   {prof.target_seconds[n] / t1:9.2f}   "
+              f"{'' if d is None else f'{d * 1e3:9.2f}'}")
+    print(f"  draft/target cost ratio c = {d1 / t1:.3f}; per-step overhead {prof.overhead_seconds * 1e3:.2f} ms")
+    return 0

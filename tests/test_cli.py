@@ -1,0 +1,118 @@
+"""The `python -m engine generate` contract, and one-line errors (exit 2) for bad input."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.tiny import tiny_pair_dirs
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def engine(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "engine", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def dirs():
+    return tiny_pair_dirs("llama")
+
+
+def test_generate_json_contract_and_greedy_equality(dirs):
+    draft, target = dirs
+    out = engine("generate", "--draft", draft, "--target", target, "--prompt", "hello world", "--method",
+                 "specinfer", "--width", "3", "--depth", "4", "--max-new-tokens", "24", "--ignore-eos", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)  # stdout is exactly one JSON object
+    for key in ("token_ids", "text", "steps", "tokens_per_step", "seconds"):
+        assert key in result
+    assert len(result["token_ids"]) == 24
+    assert sum(s["tokens"] for s in result["steps"]) == 24
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target)
+    ids = tok("hello world")["input_ids"]
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert result["token_ids"] == ref[0, len(ids):].tolist()
+
+
+def test_generate_num_samples(dirs):
+    draft, target = dirs
+    out = engine("generate", "--draft", draft, "--target", target, "--prompt", "ab", "--method", "chain",
+                 "--depth", "3", "--temperature", "1", "--max-new-tokens", "4", "--num-samples", "3", "--json")
+    assert out.returncode == 0, out.stderr
+    samples = json.loads(out.stdout)["samples"]
+    assert len(samples) == 3 and all(1 <= len(s) <= 4 for s in samples)
+
+
+def test_tree_file(dirs, tmp_path):
+    draft, target = dirs
+    tree = tmp_path / "tree.json"
+    tree.write_text(json.dumps({"parents": [-1, 0, 0, 1, 2]}))
+    out = engine("generate", "--draft", draft, "--target", target, "--prompt", "ab", "--method", "sequoia",
+                 "--tree", tree, "--max-new-tokens", "6", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["tree"] == [-1, 0, 0, 1, 2]
+
+
+BAD = [
+    (["--prompt", "   "], "prompt is empty"),
+    (["--prompt", "x", "--method", "sequoia", "--budget", "0"], "budget"),
+    (["--prompt", "x", "--method", "sequoia", "--budget", "100000"], "budget"),
+    (["--prompt", "x", "--temperature", "nan"], "temperature"),
+    (["--prompt", "x", "--temperature", "-1"], "temperature"),
+    (["--prompt", "x", "--top-p", "0"], "top-p"),
+    (["--prompt", "x", "--top-p", "1.5"], "top-p"),
+    (["--prompt", "x", "--max-new-tokens", "0"], "max new tokens"),
+    (["--prompt", "x", "--method", "chain", "--depth", "0"], "depth"),
+]
+
+
+def in_process(capsys, *args):
+    """engine.cli.main in this process: same code path as the CLI, without a 5 s interpreter start."""
+    from engine.cli import main
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,needle", BAD)
+def test_bad_input_is_one_line_exit_2(dirs, capsys, extra, needle):
+    draft, target = dirs
+    code, err = in_process(capsys, "generate", "--draft", draft, "--target", target, *extra)
+    assert code == 2, err
+    error_lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and needle in error_lines[0], err
+
+
+def test_bad_input_from_a_real_process(dirs):
+    draft, target = dirs
+    out = engine("generate", "--draft", draft, "--target", target, "--prompt", "x", "--temperature", "nan")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: temperature")
+
+
+def test_unknown_model_and_mismatched_tokenizers(dirs, tmp_path, capsys):
+    draft, target = dirs
+    code, err = in_process(capsys, "generate", "--draft", "no-such-org/no-such-model", "--target", target, "--prompt", "x")
+    assert code == 2 and "no-such-org/no-such-model" in err and "error:" in err
+    code, err = in_process(capsys, "generate", "--draft", tmp_path / "missing-folder", "--target", target, "--prompt", "x")
+    assert code == 2 and "error:" in err
+    from tests.tiny import save_pair
+    other_draft, _ = save_pair(tmp_path, chars="xyz0123")
+    code, err = in_process(capsys, "generate", "--draft", other_draft, "--target", target, "--prompt", "x")
+    assert code == 2 and "tokenizers differ" in err
+
+
+def test_bad_tree_files(dirs, tmp_path, capsys):
+    draft, target = dirs
+    cases = {"notjson.json": "{not json", "cycle.json": json.dumps({"parents": [1, 0]}),
+             "noroot.json": json.dumps({"parents": [0, 0]}), "missing.json": None}
+    for name, text in cases.items():
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        code, err = in_process(capsys, "generate", "--draft", draft, "--target", target, "--prompt", "x", "--tree", path)
+        assert code == 2 and "error:" in err, (name, err)
