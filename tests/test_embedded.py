@@ -232,3 +232,25 @@ def test_real_default_pair(real_cache):
         assert "<|im_start|>" in tok.chat_template
         ids = tok("def f(): pass")["input_ids"]
         assert ids == draft_tok("def f(): pass")["input_ids"] and ids[0] != 151643  # no BOS
+
+
+@pytest.mark.slow
+def test_real_default_pair_greedy_sequoia_equals_target(real_cache):
+    """The embedded pair, loaded through load_pair('default', 'default'): 16 greedy tokens from a
+    Sequoia tree equal the target's own greedy generate()."""
+    import torch
+
+    from engine import methods
+    from engine.decoding import generate_ids
+    from engine.models import encode_prompt, load_pair
+    from engine.settings import Settings
+    from engine.tree import Tree
+
+    pair = load_pair("default", "default", device="cpu", dtype="float32")
+    assert pair.probe["target"]["passed"] and pair.probe["draft"]["passed"]
+    ids = encode_prompt(pair, "Write a Python function that checks whether a string is a palindrome.")
+    reference = pair.target.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)[0, len(ids):].tolist()
+    tree = Tree.from_branching([4, 2, 1, 1, 1, 1, 1, 0, 0, 1])  # wide at the root, a chain under rank 1
+    out, events = generate_ids(pair, ids, methods.sequoia(tree), Settings(max_new_tokens=16))
+    assert out == reference
+    assert events[-1].total_steps < len(out)  # the draft's tokens were really accepted
