@@ -36,21 +36,44 @@ def tree_visibility(prefix_len: int, ancestors: torch.Tensor, rows: list[int], c
     return torch.cat([prefix_part, tree_part], dim=1)
 
 
+def input_device(model) -> torch.device:
+    """Where a model's inputs go. For an accelerate device map that is the embedding's device
+    (weights offloaded to disk or cpu run on the cpu); otherwise the model's own device."""
+    cached = getattr(model, "_sequoia_input_device", None)
+    if cached is not None:
+        return cached
+    device = model.device
+    device_map = getattr(model, "hf_device_map", None)
+    if device_map:
+        embedding = model.get_input_embeddings()
+        name = next((n for n, m in model.named_modules() if m is embedding), "")
+        owners = [k for k in device_map if k == "" or name == k or name.startswith(k + ".")]
+        place = device_map[max(owners, key=len)] if owners else next(iter(device_map.values()))
+        if isinstance(place, int):
+            device = torch.device("cuda", place)
+        elif place in ("disk", "meta", "cpu"):
+            device = torch.device("cpu")
+        else:
+            device = torch.device(place)
+    model._sequoia_input_device = device
+    return device
+
+
 @torch.inference_mode()
 def forward(model, cache: DynamicCache, input_ids: list[int], position_ids: list[int],
             visible: torch.Tensor) -> torch.Tensor:
     """One forward of new tokens with an explicit mask and positions; returns float32 logits [m, V]."""
-    device = model.device
+    device = input_device(model)
     ids = torch.tensor([input_ids], device=device)
     pos = torch.tensor([position_ids], device=device)
-    mask = additive_mask(visible, model.dtype)
+    mask = additive_mask(visible.to(device), model.dtype)
     out = model(input_ids=ids, position_ids=pos, attention_mask=mask, cache=cache, use_cache=True)
     return out.logits[0].float()
 
 
 def forward_causal(model, cache: DynamicCache, input_ids: list[int]) -> torch.Tensor:
     start = cache.get_seq_length()
-    visible = causal_visibility(start, len(input_ids), model.device)
+    visible = causal_visibility(start, len(input_ids), input_device(model))
     return forward(model, cache, input_ids, list(range(start, start + len(input_ids))), visible)
 
 

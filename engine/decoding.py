@@ -217,6 +217,7 @@ class Decoder:
     def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's vocabulary: padding rows the draft lacks get zero mass."""
         size = self.pair.vocab_size
+        logits = logits.to(self.pair.device)  # the draft may live elsewhere (device maps)
         if logits.shape[-1] == size:
             return logits
         if logits.shape[-1] > size:

@@ -2,6 +2,7 @@
 that the pair can do exact tree decoding: same tokenizer, custom 4-D masks honoured."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -43,7 +44,19 @@ class ModelPair:
         return {"draft": self.draft_name, "target": self.target_name,
                 "draft_parameters": count(self.draft), "target_parameters": count(self.target),
                 "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-                "context_limit": self.context_limit, "vocab_size": self.vocab_size}
+                "context_limit": self.context_limit, "vocab_size": self.vocab_size,
+                "target_device_map": _summarise_map(self.target), "draft_device_map": _summarise_map(self.draft)}
+
+
+def _summarise_map(model) -> dict | None:
+    """{device: number of modules} for a model placed by accelerate, else None."""
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map:
+        return None
+    counts: dict[str, int] = {}
+    for place in device_map.values():
+        counts[str(place)] = counts.get(str(place), 0) + 1
+    return counts
 
 
 def resolve_device(device: str | None) -> torch.device:
@@ -112,8 +125,76 @@ def _load_tokenizer(source: str):
     return _from_pretrained(AutoTokenizer, source)
 
 
-def _load_model(source: str, device: torch.device, dtype: torch.dtype):
-    return _from_pretrained(AutoModelForCausalLM, source, dtype=dtype).to(device).eval()
+def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement: dict | None = None):
+    """placement: accelerate's device_map / max_memory / offload_folder, or None for one device."""
+    if not placement:
+        return _from_pretrained(AutoModelForCausalLM, source, dtype=dtype).to(device).eval()
+    try:
+        model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype, **placement)
+    except UserError:
+        raise
+    except (ValueError, RuntimeError, KeyError, TypeError, AssertionError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot place {source} with device map {placement.get('device_map')!r}: {first}") from None
+    places = set(map(str, getattr(model, "hf_device_map", {}).values()))
+    if places == {"disk"} and "offload_folder" not in placement:
+        raise UserError(f"--max-memory {placement.get('max_memory')} leaves no room for any part of {source} on "
+                        "a device; raise it, or pass --offload-folder to run it entirely from disk")
+    return model.eval()
+
+
+DEVICE_MAP_NAMES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def parse_device_map(value: str | dict | None):
+    """'auto' | 'balanced' | 'balanced_low_0' | 'sequential' | a JSON file {module: device}."""
+    if value is None or isinstance(value, dict) or value in DEVICE_MAP_NAMES:
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise UserError(f"device map must be one of {', '.join(DEVICE_MAP_NAMES)} or a JSON file; got {value!r}")
+    try:
+        mapping = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"device map file {value} is not valid JSON: {exc}") from None
+    if not isinstance(mapping, dict) or not all(isinstance(v, (str, int)) for v in mapping.values()):
+        raise UserError(f"device map file {value} must map module names to devices (\"cpu\", \"disk\", 0, ...)")
+    return mapping
+
+
+def parse_max_memory(value: str | dict | None) -> dict | None:
+    """'gpu0=20GiB,cpu=60GiB' -> {0: '20GiB', 'cpu': '60GiB'} (accelerate's max_memory)."""
+    if value is None or isinstance(value, dict):
+        return value
+    out = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        key, sep, amount = part.partition("=")
+        key = key.strip().lower()
+        if not sep or not amount.strip():
+            raise UserError(f"--max-memory entries look like gpu0=20GiB or cpu=60GiB; got {part!r}")
+        digits = key.removeprefix("gpu").removeprefix("cuda")
+        if digits.isdigit():
+            out[int(digits)] = amount.strip()
+        elif key in ("cpu", "mps"):
+            out[key] = amount.strip()
+        else:
+            raise UserError(f"unknown device {key!r} in --max-memory (use gpuN, cpu or mps)")
+    return out or None
+
+
+def placement(device_map=None, max_memory=None, offload_folder=None) -> dict | None:
+    device_map = parse_device_map(device_map)
+    if device_map is None:
+        if max_memory or offload_folder:
+            raise UserError("--max-memory and --offload-folder need a device map (e.g. --target-device-map auto)")
+        return None
+    out = {"device_map": device_map}
+    if max_memory:
+        out["max_memory"] = parse_max_memory(max_memory)
+    if offload_folder:
+        Path(offload_folder).mkdir(parents=True, exist_ok=True)
+        out["offload_folder"] = str(offload_folder)
+    return out
 
 
 def _not_found_message(source: str, exc: Exception) -> str:
@@ -168,7 +249,7 @@ def probe_tree_mask(model, name: str) -> dict:
     try:
         cache = DynamicCache(config=model.config)
         attention.forward_causal(model, cache, [a])
-        visible = torch.tensor([[True, True, False], [True, False, True]], device=model.device)
+        visible = torch.tensor([[True, True, False], [True, False, True]])
         tree = attention.forward(model, cache, [b, c], [1, 1], visible)
         right = attention.forward_causal(model, DynamicCache(config=model.config), [a, c])[-1]
         wrong = attention.forward_causal(model, DynamicCache(config=model.config), [a, b, c])[-1]
@@ -186,8 +267,12 @@ def probe_tree_mask(model, name: str) -> dict:
 
 
 def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = None,
-              dtype: str | None = None, progress=None) -> ModelPair:
-    """Load and check a pair. `progress(stage, fraction, message)` is called between stages."""
+              dtype: str | None = None, progress=None, target_device_map=None, draft_device_map=None,
+              max_memory=None, offload_folder=None) -> ModelPair:
+    """Load and check a pair. `progress(stage, fraction, message)` is called between stages.
+
+    With a device map (accelerate), the target - and the draft if it has its own map - is
+    spread over GPUs, CPU and disk; `device` then only says where the draft goes otherwise."""
     def report(stage, fraction, message):
         log.info(message)
         if progress:
@@ -196,6 +281,9 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     draft, target = _resolve_source(draft), _resolve_source(target)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    target_place = placement(target_device_map, max_memory, offload_folder)
+    draft_place = (placement(draft_device_map, max_memory, offload_folder and str(Path(offload_folder) / "draft"))
+                   if draft_device_map else None)
     draft_src, target_src = draft, target
     if DEFAULT in (draft, target):
         from engine.embedded import ensure_default_pair
@@ -206,15 +294,15 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     draft_tok, target_tok = _load_tokenizer(draft_src), _load_tokenizer(target_src)
     check_same_tokenizer(draft_tok, target_tok, draft, target)
     report("target", 0.1, f"loading target {target} on {dev} as {dt}")
-    target_model = _load_model(target_src, dev, dt)
+    target_model = _load_model(target_src, dev, dt, target_place)
     report("draft", 0.6, f"loading draft {draft} on {dev} as {dt}")
-    draft_model = _load_model(draft_src, dev, dt)
+    draft_model = _load_model(draft_src, dev, dt, draft_place)
     report("probe", 0.9, "checking that both models honour tree attention masks")
     probe = {"draft": probe_tree_mask(draft_model, draft), "target": probe_tree_mask(target_model, target)}
     pair = ModelPair(
         draft=draft_model, target=target_model, tokenizer=target_tok,
         draft_name=_display_name(draft, draft_src), target_name=_display_name(target, target_src),
-        device=dev, dtype=dt, eos_ids=eos_ids(target_model, target_tok),
+        device=attention.input_device(target_model), dtype=dt, eos_ids=eos_ids(target_model, target_tok),
         context_limit=min(context_limit(target_model, target_tok), context_limit(draft_model, draft_tok)),
         vocab_size=target_model.get_output_embeddings().weight.shape[0], probe=probe)
     report("ready", 1.0, f"pair ready: {pair.draft_name} -> {pair.target_name}")

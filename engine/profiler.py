@@ -209,7 +209,8 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
     attention.forward_causal(model, cache, prefix_ids)
     base = len(prefix_ids)
     tree = Tree.star(n - 1) if n > 1 else Tree((-1,))
-    visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(n)), list(range(n)), model.device)
+    visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(n)), list(range(n)),
+                                          attention.input_device(model))
     ids = [(7 * i + 3) % model.config.vocab_size for i in range(n)]
     positions = [base + d for d in tree.depth_of]
     times = []

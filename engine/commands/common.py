@@ -17,6 +17,11 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--target", default=DEFAULT, help="target model: HF id, local folder, or 'default' (embedded)")
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
     g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
+    g.add_argument("--target-device-map", default=None,
+                   help="accelerate device map for the target: auto, balanced, sequential or a JSON file")
+    g.add_argument("--draft-device-map", default=None, help="the same for the draft (default: one device)")
+    g.add_argument("--max-memory", default=None, help="per-device limits for device maps, e.g. gpu0=20GiB,cpu=60GiB")
+    g.add_argument("--offload-folder", default=None, help="where a device map may offload weights to disk")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
@@ -36,7 +41,9 @@ def settings_from_args(args) -> Settings:
 
 
 def pair_from_args(args):
-    return load_pair(args.draft, args.target, device=args.device, dtype=args.dtype)
+    return load_pair(args.draft, args.target, device=args.device, dtype=args.dtype,
+                     target_device_map=args.target_device_map, draft_device_map=args.draft_device_map,
+                     max_memory=args.max_memory, offload_folder=args.offload_folder)
 
 
 def read_prompts(path: str | None) -> list[str]:

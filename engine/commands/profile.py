@@ -2,6 +2,7 @@
 forward cost per width on this device (ALGORITHM.md §4)."""
 from __future__ import annotations
 
+from engine import synthetic
 from engine.commands.common import add_pair_args, pair_from_args, print_json
 from engine.profiler import profile_device, save_profile
 
@@ -13,10 +14,13 @@ def register(sub) -> None:
     p.add_argument("--prefix", type=int, default=128, help="tokens of KV prefix under the tree")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--json", action="store_true")
+    synthetic.add_args(p)  # --synthetic --draft-config SIZE --target-config SIZE --acceptance --out
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if args.synthetic:
+        return synthetic.run(args)
     pair = pair_from_args(args)
     prof = profile_device(pair, max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats)
     prof.source = str(save_profile(pair, prof))

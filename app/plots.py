@@ -1,0 +1,370 @@
+"""StepEvents, trees and measurements -> Plotly figures. Pure functions: no Gradio, no models.
+
+Colours: one per node status, the same in the tree, the text and the charts (STATUS_COLORS);
+`PLANNED` is the colour of anything predicted rather than observed."""
+from __future__ import annotations
+
+import functools
+import html
+import math
+
+import networkx as nx
+import plotly.graph_objects as go
+
+STATUS_COLORS = {
+    "root": "#475569",       # slate: the last committed token
+    "accepted": "#16a34a",   # green: drafted and accepted by the target
+    "rejected": "#dc2626",   # red: drafted, checked, refused
+    "unreached": "#94a3b8",  # grey: drafted, never checked (its parent was refused)
+    "bonus": "#d97706",      # amber: the target's own token after the accepted path
+}
+STATUS_LABELS = {
+    "root": "root (last token so far)",
+    "accepted": "accepted",
+    "rejected": "rejected",
+    "unreached": "never checked",
+    "bonus": "bonus (from the target)",
+}
+PLANNED = "#6366f1"          # indigo: predictions, planned vectors, the planned tree
+EDGE = "rgba(148,163,184,0.55)"
+FONT = "#64748b"             # slate-500: readable on light and dark backgrounds
+GRID = "rgba(148,163,184,0.25)"
+LANE_COLORS = ["#64748b", "#0ea5e9", "#a855f7", "#16a34a", "#d97706", "#db2777", "#0891b2", "#65a30d"]
+UIREVISION = "sequoia-live"
+MAX_LABEL = 10
+
+
+# ---------------------------------------------------------------- layout
+@functools.lru_cache(maxsize=256)
+def tree_layout(parents: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
+    """(x, y) per node, computed once per tree shape: x = level (root at the left, one column
+    per level), y = tidy placement (leaves evenly spaced in depth-first order, each parent
+    centred on its children), so a tree drawn step after step never moves."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(len(parents)))
+    graph.add_edges_from((p, i) for i, p in enumerate(parents) if p >= 0)
+    depth = nx.shortest_path_length(graph, 0)
+    y: dict[int, float] = {}
+    leaf = 0
+    # children in rank order (= index order); post-order: a parent after all its children
+    for v in nx.dfs_postorder_nodes(graph, 0, sort_neighbors=lambda kids: sorted(kids)):
+        kids = sorted(graph.successors(v))
+        if kids:
+            y[v] = (y[kids[0]] + y[kids[-1]]) / 2
+        else:
+            y[v] = float(leaf)
+            leaf += 1
+    return tuple((float(depth[i]), -y[i]) for i in range(len(parents)))
+
+
+def _leaves(parents) -> int:
+    has_child = set(p for p in parents if p >= 0)
+    return sum(1 for i in range(len(parents)) if i not in has_child)
+
+
+def show_token(text: str, limit: int = MAX_LABEL) -> str:
+    """A token as a short visible label: spaces, newlines and tabs made visible, long ones cut."""
+    shown = text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "")
+    if shown == "":
+        shown = "∅"
+    if len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return shown
+
+
+def _fmt_prob(p) -> str:
+    return "—" if p is None else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
+
+
+def _base_layout(fig: go.Figure, height: int, title: str | None = None, **extra) -> go.Figure:
+    fig.update_layout(
+        height=height, margin=dict(l=8, r=8, t=44 if title else 16, b=8), uirevision=UIREVISION,
+        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(color=FONT, size=12),
+        hoverlabel=dict(font_size=12, align="left"),
+        title=dict(text=title, x=0.01, xanchor="left", font=dict(size=13)) if title else None, **extra)
+    return fig
+
+
+def _hidden_axes(fig: go.Figure, x_range, y_range) -> None:
+    fig.update_xaxes(visible=False, range=list(x_range), fixedrange=False)
+    fig.update_yaxes(visible=False, range=list(y_range), fixedrange=False)
+
+
+def _sizes(n: int) -> int:
+    return 22 if n <= 16 else 16 if n <= 40 else 11 if n <= 80 else 8
+
+
+# ---------------------------------------------------------------- tree of one step
+def _node_hover(node, parents, greedy: bool | None, sampler: str) -> str:
+    tok = html.escape(repr(node.text))
+    head = f"<b>{tok}</b>  id {node.token_id}"
+    if node.status == "root":
+        return head + "<br>root: the last committed token<br>(its children are the drafted guesses)"
+    kids = sum(1 for p in parents if p == node.parent)
+    place = (f"rank {node.rank} of {kids} under node {node.parent} · level {node.depth}" if node.status != "bonus"
+             else f"after node {node.parent} · level {node.depth}")
+    probs = f"draft q = {_fmt_prob(node.draft_prob)} · target p = {_fmt_prob(node.target_prob)}"
+    if greedy:
+        test = "test: is it the target's most likely token?"
+    elif greedy is False:
+        test = f"test: accept with prob min(1, p/q) on the residual ({sampler})"
+    else:
+        test = ""
+    verdict = {
+        "accepted": "✔ accepted",
+        "rejected": "✘ rejected",
+        "unreached": "never checked: an ancestor was rejected",
+        "bonus": ("bonus: the target's own most likely token" if greedy
+                  else "bonus: drawn from the target's (residual) distribution"),
+    }[node.status]
+    lines = [head, place, probs]
+    if node.status in ("accepted", "rejected") and test:
+        lines.append(test)
+    lines.append(verdict)
+    return "<br>".join(lines)
+
+
+def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", title: str | None = None,
+                height: int = 440, label_limit: int = 28) -> go.Figure:
+    """The tree of one decoding step: one marker per node (tree nodes + the bonus token),
+    coloured by status; the accepted path drawn thick; hover with token, rank, q, p, test."""
+    nodes = list(event.nodes)
+    if not nodes:
+        return empty_figure("no tree in this step (the run ended here)", height)
+    parents = tuple(event.tree_parents)
+    pos = list(tree_layout(parents))
+    for n in nodes[len(parents):]:  # the bonus token: one column right of its parent
+        px, py = pos[n.parent]
+        pos.append((px + 1, py))
+    path = list(event.accepted_path)
+    bonus = next((n for n in nodes if n.status == "bonus"), None)
+    fig = go.Figure()
+    ex, ey = [], []
+    for i, p in enumerate(parents):
+        if p >= 0:
+            ex += [pos[p][0], pos[i][0], None]
+            ey += [pos[p][1], pos[i][1], None]
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color=EDGE, width=1.2), hoverinfo="skip",
+                             showlegend=False, name="edges"))
+    px_, py_ = [pos[v][0] for v in path], [pos[v][1] for v in path]
+    fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color=STATUS_COLORS["accepted"], width=6),
+                             hoverinfo="skip", showlegend=False, name="accepted path"))
+    if bonus is not None:
+        b = pos[bonus.index] if bonus.index < len(pos) else pos[-1]
+        fig.add_trace(go.Scatter(x=[pos[bonus.parent][0], b[0]], y=[pos[bonus.parent][1], b[1]], mode="lines",
+                                 line=dict(color=STATUS_COLORS["bonus"], width=4, dash="dot"),
+                                 hoverinfo="skip", showlegend=False, name="bonus edge"))
+    crowded = _leaves(parents) > label_limit
+    on_path = set(path)
+    size = _sizes(len(nodes))
+    for status in ("unreached", "rejected", "accepted", "root", "bonus"):
+        group = [n for n in nodes if n.status == status]
+        labels = [show_token(n.text) if (not crowded or n.index in on_path or n.status == "bonus") else ""
+                  for n in group]
+        fig.add_trace(go.Scatter(
+            x=[pos[n.index][0] for n in group] or [None], y=[pos[n.index][1] for n in group] or [None],
+            mode="markers+text", name=STATUS_LABELS[status], text=labels if group else None,
+            textposition="middle right", textfont=dict(size=12 if not crowded else 11),
+            marker=dict(color=STATUS_COLORS[status], size=size if status != "root" else size + 4,
+                        line=dict(color="rgba(255,255,255,0.9)", width=1.5),
+                        symbol="diamond" if status == "bonus" else "circle"),
+            hovertext=[_node_hover(n, parents, greedy, sampler) for n in group] if group else None,
+            hoverinfo="text", cliponaxis=False, meta=status))
+    depth = max(x for x, _ in pos)
+    ys = [y for _, y in pos]
+    pad = max(0.6, 0.04 * (max(ys) - min(ys)))
+    _hidden_axes(fig, (-0.3, depth + 0.95), (min(ys) - pad, max(ys) + pad))
+    if title is None:
+        accepted = len(path) - 1
+        title = (f"Step {event.step}: {accepted} drafted token{'s' if accepted != 1 else ''} accepted"
+                 f"{' + 1 bonus' if bonus is not None else ''} = {len(event.new_token_ids)} new · "
+                 f"tree of {len(parents)} nodes, {max(x for x, _ in tree_layout(parents)) + 1:.0f} levels")
+    _base_layout(fig, height, title, showlegend=True,
+                 legend=dict(orientation="h", yanchor="top", y=-0.01, xanchor="left", x=0, font=dict(size=12)))
+    return fig
+
+
+def plan_figure(tree, acceptance=None, title: str | None = None, height: int = 440) -> go.Figure:
+    """A planned tree (no tokens yet): each node's opacity is the chance it is reached
+    (product of the acceptance of the ranks on its path), when an acceptance vector is known."""
+    parents = tuple(tree.parents)
+    pos = tree_layout(parents)
+    reach = [1.0] * len(parents)
+    if acceptance is not None:
+        acc = list(acceptance)
+        for i in range(1, len(parents)):
+            r = tree.rank[i]
+            reach[i] = reach[parents[i]] * (acc[r - 1] if r <= len(acc) else 0.0)
+    fig = go.Figure()
+    ex, ey = [], []
+    for i, p in enumerate(parents):
+        if p >= 0:
+            ex += [pos[p][0], pos[i][0], None]
+            ey += [pos[p][1], pos[i][1], None]
+    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color=EDGE, width=1.2), hoverinfo="skip",
+                             showlegend=False))
+    crowded = _leaves(parents) > 28
+    hover = []
+    for i in range(len(parents)):
+        if i == 0:
+            hover.append("root: the last committed token")
+        else:
+            line = f"node {i} · rank {tree.rank[i]} under node {parents[i]} · level {tree.depth_of[i]}"
+            if acceptance is not None:
+                line += f"<br>reached with probability {reach[i]:.3f}<br>(product of P(rank) along its path)"
+            hover.append(line)
+    opac = [0.25 + 0.75 * math.sqrt(r) for r in reach] if acceptance is not None else [0.9] * len(parents)
+    size = _sizes(len(parents))
+    fig.add_trace(go.Scatter(
+        x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers+text" if not crowded else "markers",
+        text=["root"] + [f"r{tree.rank[i]}" for i in range(1, len(parents))], textposition="middle right",
+        marker=dict(color=[STATUS_COLORS["root"]] + [PLANNED] * (len(parents) - 1), size=size, opacity=opac,
+                    line=dict(color="rgba(255,255,255,0.9)", width=1)),
+        hovertext=hover, hoverinfo="text", showlegend=False, cliponaxis=False, meta="planned"))
+    ys = [y for _, y in pos]
+    pad = max(0.6, 0.04 * (max(ys) - min(ys)))
+    _hidden_axes(fig, (-0.3, tree.depth - 1 + 0.8), (min(ys) - pad, max(ys) + pad))
+    return _base_layout(fig, height, title or f"Planned tree: {tree.size} nodes, {tree.depth} levels "
+                        f"(widths {tree.level_widths})")
+
+
+def empty_figure(message: str, height: int = 440) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=14, color=FONT))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _base_layout(fig, height)
+
+
+# ---------------------------------------------------------------- acceptance
+def observed_acceptance(events, max_rank: int = 16) -> list[tuple[int, int]]:
+    """Per rank k: (times rank k was the accepted child, visited nodes with at least k children).
+    Rank k's outcome at a node does not depend on later siblings, so hits/trials estimates the
+    planner's P(rank k accepted) without bias."""
+    hits, trials = [0] * max_rank, [0] * max_rank
+    for ev in events:
+        if not ev.nodes:
+            continue
+        kids = [0] * len(ev.tree_parents)
+        for p in ev.tree_parents:
+            if p >= 0:
+                kids[p] += 1
+        has_bonus = any(n.status == "bonus" for n in ev.nodes)
+        path = list(ev.accepted_path)
+        for i, v in enumerate(path):
+            if i == len(path) - 1 and not has_bonus:
+                break  # an accepted EOS ended the walk: this node's children were never tested
+            accepted = ev.accepted_ranks[i] if i < len(ev.accepted_ranks) else None
+            for k in range(1, min(kids[v], max_rank) + 1):
+                trials[k - 1] += 1
+                if accepted == k:
+                    hits[k - 1] += 1
+    return list(zip(hits, trials))
+
+
+def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = None, height: int = 260,
+                      planned_name: str = "planned (measured vector)") -> go.Figure:
+    """Bars per rank: the planned vector (indigo) beside what this run observed (green)."""
+    fig = go.Figure()
+    ranks = 0
+    if planned is not None:
+        ranks = max(ranks, len(planned))
+    if observed:
+        ranks = max(ranks, max((k + 1 for k, (_, n) in enumerate(observed) if n), default=0))
+    ranks = min(ranks, 16) or 1
+    xs = list(range(1, ranks + 1))
+    if planned is not None:
+        err = dict(type="data", array=list(ci)[:ranks], visible=True, color=FONT, thickness=1) if ci else None
+        fig.add_trace(go.Bar(x=xs, y=list(planned)[:ranks], name=planned_name, marker_color=PLANNED,
+                             error_y=err, hovertemplate="rank %{x}: P = %{y:.3f}<extra>planned</extra>"))
+    if observed:
+        obs = observed[:ranks]
+        fig.add_trace(go.Bar(
+            x=xs, y=[h / n if n else None for h, n in obs], name="observed in this run",
+            marker_color=STATUS_COLORS["accepted"], customdata=[[h, n] for h, n in obs],
+            hovertemplate="rank %{x}: %{customdata[0]} of %{customdata[1]} = %{y:.3f}<extra>observed</extra>"))
+    fig.update_xaxes(title_text="rank among siblings", dtick=1, gridcolor=GRID)
+    fig.update_yaxes(title_text="P(rank accepted)", rangemode="tozero", gridcolor=GRID)
+    return _base_layout(fig, height, title, barmode="group", bargap=0.25,
+                        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
+
+
+# ---------------------------------------------------------------- planner charts
+def heatmap_figure(G, max_budget: int, max_depth: int, chosen: tuple[int, int] | None = None,
+                   height: int = 300) -> go.Figure:
+    """Expected tokens per step G(n, d): budget n across, depth d up."""
+    budgets = list(range(1, max_budget + 1))
+    depths = list(range(1, max_depth + 1))
+    z = [[(float(G[n, d]) if math.isfinite(G[n, d]) else None) for n in budgets] for d in depths]
+    fig = go.Figure(go.Heatmap(x=budgets, y=depths, z=z, colorscale="Viridis",
+                               colorbar=dict(title=dict(text="tokens/step", side="right"), thickness=12),
+                               hovertemplate="budget n=%{x}, depth d=%{y}<br>G = %{z:.3f} tokens/step<extra></extra>"))
+    if chosen:
+        n, d = chosen
+        fig.add_trace(go.Scatter(x=[n], y=[d], mode="markers", name="chosen",
+                                 marker=dict(symbol="x-thin", size=16, line=dict(width=3, color="#f43f5e")),
+                                 hovertemplate="chosen: n=%{x}, d=%{y}<extra></extra>"))
+    fig.update_xaxes(title_text="tree budget n (nodes, root included)")
+    fig.update_yaxes(title_text="depth d (levels)", dtick=2)
+    return _base_layout(fig, height, "Expected tokens per step G(n, d) from the DP", showlegend=False)
+
+
+def profile_figure(profile, height: int = 280) -> go.Figure:
+    """t(n)/t(1): how much longer the target takes to verify n tokens than one."""
+    fig = go.Figure()
+    t = sorted(profile.target_seconds.items())
+    base = t[0][1] if t and t[0][1] > 0 else 1.0
+    fig.add_trace(go.Scatter(x=[n for n, _ in t], y=[s / base for _, s in t], mode="lines+markers",
+                             name="target: t(n)/t(1)", line=dict(color=STATUS_COLORS["root"], width=2),
+                             customdata=[s * 1e3 for _, s in t],
+                             hovertemplate="n=%{x}: %{y:.2f}× (%{customdata:.1f} ms)<extra>target</extra>"))
+    d = sorted(profile.draft_seconds.items())
+    fig.add_trace(go.Scatter(x=[n for n, _ in d], y=[s / base for _, s in d], mode="lines+markers",
+                             name="draft forward of w tokens / target t(1)",
+                             line=dict(color=PLANNED, width=2, dash="dot"), customdata=[s * 1e3 for _, s in d],
+                             hovertemplate="w=%{x}: %{y:.2f}× (%{customdata:.1f} ms)<extra>draft</extra>"))
+    fig.update_xaxes(type="log", title_text="tokens in one forward", gridcolor=GRID)
+    fig.update_yaxes(title_text="time relative to target t(1)", rangemode="tozero", gridcolor=GRID)
+    return _base_layout(fig, height, "Device profile", legend=dict(orientation="h", y=-0.3))
+
+
+def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280) -> go.Figure:
+    """Predicted speedup over autoregressive vs budget (best depth for each budget)."""
+    budgets = list(grid.budgets)
+    best, best_d = [], []
+    for i in range(len(budgets)):
+        row = [(v, grid.depths[j]) for j, v in enumerate(grid.speedup[i]) if v is not None and math.isfinite(v)]
+        v, d = max(row) if row else (None, None)
+        best.append(v)
+        best_d.append(d)
+    fig = go.Figure(go.Scatter(x=budgets, y=best, mode="lines", name="best depth per budget",
+                               line=dict(color=PLANNED, width=2), customdata=best_d,
+                               hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}×<extra></extra>"))
+    if chosen:
+        n, d = chosen
+        i = budgets.index(n) if n in budgets else None
+        j = list(grid.depths).index(d) if d in grid.depths else None
+        if i is not None and j is not None:
+            fig.add_trace(go.Scatter(x=[n], y=[grid.speedup[i][j]], mode="markers+text", name="chosen",
+                                     text=[f" n={n}, d={d}"], textposition="top center",
+                                     marker=dict(size=13, color="#f43f5e", symbol="star")))
+    fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))
+    fig.update_xaxes(title_text="tree budget n", gridcolor=GRID)
+    fig.update_yaxes(title_text="predicted speedup ×", rangemode="tozero", gridcolor=GRID)
+    return _base_layout(fig, height, "Predicted speedup vs budget (from G and the device profile)",
+                        showlegend=False)
+
+
+# ---------------------------------------------------------------- race
+def race_figure(series: dict, colors: dict | None = None, height: int = 300) -> go.Figure:
+    """Tokens generated vs decoding time, one line per method."""
+    fig = go.Figure()
+    for k, (lane, points) in enumerate(series.items()):
+        color = (colors or {}).get(lane, LANE_COLORS[k % len(LANE_COLORS)])
+        fig.add_trace(go.Scatter(x=[0.0] + [t for t, _ in points], y=[0] + [n for _, n in points],
+                                 mode="lines", name=lane, line=dict(color=color, width=2.5, shape="hv"),
+                                 hovertemplate="%{x:.2f} s: %{y} tokens<extra>" + html.escape(lane) + "</extra>"))
+    fig.update_xaxes(title_text="decoding time (s, prefill excluded)", rangemode="tozero", gridcolor=GRID)
+    fig.update_yaxes(title_text="tokens generated", rangemode="tozero", gridcolor=GRID)
+    return _base_layout(fig, height, "Tokens vs time", legend=dict(orientation="h", y=-0.25))

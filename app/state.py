@@ -1,0 +1,168 @@
+"""What the page keeps per browser session (and per gradio_client), plus the small shared
+context every tab gets. Nothing here touches a model: model work goes through engine.worker."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from engine.errors import UserError
+from engine.settings import Settings
+from engine.tree import Tree, TreeError
+from engine.worker import MethodSpec, Worker
+
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+
+# (label shown, value used by the API)
+METHOD_CHOICES = [("Sequoia (DP tree)", "sequoia"), ("SpecInfer k×d", "specinfer"), ("Chain", "chain"),
+                  ("Autoregressive", "ar"), ("Imported tree", "tree")]
+METHOD_LABELS = {v: k for k, v in METHOD_CHOICES}
+RACE_CHOICES = [("Autoregressive", "ar"), ("Chain", "chain"), ("SpecInfer k×d", "specinfer"),
+                ("Sequoia DP", "sequoia"), ("Sequoia hardware-aware", "sequoia-auto")]
+RACE_LABELS = {v: k for k, v in RACE_CHOICES}
+MAX_SESSIONS = 256
+
+
+@dataclass
+class Session:
+    """One browser tab (or one gradio_client). `live` is the tree a running job of this session
+    should use from its next step on: (version, spec kind, tree); a job only takes trees newer
+    than the version it started with, so an old re-plan never leaks into a new run."""
+    job: Any = None                       # the running/last generate or race Job
+    events: list = field(default_factory=list)   # StepEvents of the last Live run (for replay)
+    run_info: dict = field(default_factory=dict)  # greedy, sampler, planned vector, label, ...
+    live: tuple = (0, None, None)
+    imported: Tree | None = None
+    imported_name: str = ""
+    plan: Any = None                      # last PlanResult shown
+    touched: float = field(default_factory=time.time)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def running(self) -> bool:
+        return self.job is not None and not self.job.done
+
+    def publish(self, kind: str, tree: Tree) -> None:
+        with self.lock:
+            self.live = (self.live[0] + 1, kind, tree)
+
+    def tree_source(self, kind: str):
+        """A zero-arg callable for Decoder(plan=...): the newest tree published for `kind`
+        after this moment, else None (keep the current tree)."""
+        start = self.live[0]
+
+        def next_tree():
+            version, k, tree = self.live
+            return tree if version > start and k == kind else None
+        return next_tree
+
+
+class Sessions:
+    def __init__(self):
+        self._items: OrderedDict[str, Session] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, request: gr.Request | None) -> Session:
+        key = getattr(request, "session_hash", None) or "default"
+        with self._lock:
+            sess = self._items.get(key)
+            if sess is None:
+                sess = self._items[key] = Session()
+                while len(self._items) > MAX_SESSIONS:
+                    _, old = self._items.popitem(last=False)
+                    if old.running:
+                        old.job.stop()
+            self._items.move_to_end(key)
+            sess.touched = time.time()
+            return sess
+
+    def drop(self, request: gr.Request | None) -> None:
+        key = getattr(request, "session_hash", None) or "default"
+        with self._lock:
+            sess = self._items.pop(key, None)
+        if sess is not None and sess.running:
+            sess.job.stop()
+
+
+@dataclass
+class AppContext:
+    worker: Worker
+    sessions: Sessions
+    prompts: list[dict]
+    max_budget: int = 128
+    max_depth: int = 16
+    default_budget: int = 32
+    default_depth: int = 8
+
+
+def load_prompts() -> list[dict]:
+    try:
+        items = json.loads((ASSETS / "prompts.json").read_text(encoding="utf-8"))
+        return [p for p in items if isinstance(p, dict) and p.get("prompt")]
+    except (OSError, ValueError):
+        return [{"title": "Hello", "kind": "text", "prompt": "Write a short poem about trees."}]
+
+
+# ---------------------------------------------------------------- parsing what the page sends
+def _int(value, name: str) -> int:
+    if value is None or value == "":
+        raise UserError(f"{name} is empty")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a whole number (got {value!r})") from None
+    if f != int(f):
+        raise UserError(f"{name} must be a whole number (got {value})")
+    return int(f)
+
+
+def _float(value, name: str) -> float:
+    if value is None or value == "":
+        raise UserError(f"{name} is empty")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{name} must be a number (got {value!r})") from None
+
+
+def settings_from(temperature, top_p, max_new_tokens=64, seed=0) -> Settings:
+    return Settings(temperature=_float(temperature, "temperature"), top_p=_float(top_p, "top-p"),
+                    max_new_tokens=_int(max_new_tokens, "max new tokens"), seed=_int(seed, "seed"))
+
+
+def spec_from(method: str, budget, depth, hardware_aware: bool = False, session: Session | None = None) -> MethodSpec:
+    method = (method or "").strip()
+    if method not in METHOD_LABELS and method != "sequoia-auto":
+        raise UserError(f"unknown method {method!r} (use one of {', '.join(METHOD_LABELS)})")
+    budget, depth = _int(budget, "budget"), _int(depth, "depth")
+    if method == "tree":
+        if session is None or session.imported is None:
+            raise UserError("no imported tree: import a tree JSON or growmap in the Planner tab first")
+        spec = MethodSpec("tree", tree=session.imported)
+    elif method == "sequoia" and hardware_aware:
+        spec = MethodSpec("sequoia-auto", budget, depth)
+    else:
+        spec = MethodSpec(method, budget, depth)
+    spec.check()
+    return spec
+
+
+def read_tree_file(path: str) -> Tree:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read the uploaded file: {exc.strerror}") from None
+    if not data:
+        raise UserError("the uploaded file is empty")
+    if data[:2] == b"PK" or str(path).endswith((".pt", ".pth")):  # torch zip archive: a growmap
+        return Tree.from_growmap(data)
+    try:
+        return Tree.from_json(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise TreeError("the file is neither a tree JSON nor an original Sequoia growmap (.pt)") from None

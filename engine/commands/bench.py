@@ -1,0 +1,149 @@
+"""`python -m engine bench`: autoregressive, chains, SpecInfer and Sequoia side by side on the same
+prompts and seeds; prints a table and the goals, writes JSON and a plot (engine/bench.py).
+
+Without flags this is the committed CPU run: the embedded default pair, 2 code + 1 prose example
+prompts, 32 new tokens, T = 0 and 0.7, chains 3/5/7, SpecInfer 2x4 and 5x4, Sequoia at 4/8/16/32
+nodes (+ the SpecInfer node counts), and the hardware-aware Sequoia tree."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from engine import bench
+from engine.commands.common import add_pair_args, pair_from_args, read_prompts
+from engine.errors import UserError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="benchmark the decoding methods side by side",
+                       description="Benchmark autoregressive, chain, SpecInfer and Sequoia decoding on the "
+                                   "same prompts and seeds; print a table, write JSON and a plot.")
+    add_pair_args(p)
+    p.add_argument("--prompts", default=None,
+                   help="text file, one prompt per line (\\n = newline); default: 2 code + 1 prose prompt "
+                        "from assets/prompts.json")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per prompt and method (default 32)")
+    p.add_argument("--temperatures", default=None, help="comma-separated, 0 = greedy (default 0,0.7)")
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--budgets", default=None, help="Sequoia node budgets, root included (default 4,8,16,32)")
+    p.add_argument("--max-depth", type=int, default=None,
+                   help="depth bound (levels, root included) given to the DP; the DP picks the depth (default 16)")
+    p.add_argument("--chain-depths", default=None, help="chain depths, root included (default 3,5,7)")
+    p.add_argument("--specinfer", default=None, help="SpecInfer shapes KxD, e.g. 2x4,5x4 (default)")
+    p.add_argument("--no-match-specinfer", action="store_true",
+                   help="do not add Sequoia trees at the SpecInfer node counts")
+    p.add_argument("--no-auto", action="store_true", help="skip the hardware-aware Sequoia tree (and the profile)")
+    p.add_argument("--auto-max-budget", type=int, default=None, help="largest tree the hardware-aware choice may pick")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--ignore-eos", action="store_true", help="always generate --max-new-tokens tokens")
+    p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
+                   help="wrap prompts in the chat template (default: on when the tokenizer has one)")
+    p.add_argument("--warmup-tokens", type=int, default=None, help="tokens of the uncounted warm-up run per method")
+    p.add_argument("--acceptance-tokens", type=int, default=None,
+                   help="tokens per prompt when an acceptance vector must be measured (default 32)")
+    p.add_argument("--acceptance-prompts", choices=["assets", "bench"], default=None,
+                   help="prompts for measuring acceptance: the bench prompts (default) or all example prompts")
+    p.add_argument("--profile-repeats", type=int, default=None)
+    p.add_argument("--fresh", action="store_true",
+                   help="measure acceptance vectors and the device profile in this run even if cached")
+    p.add_argument("--cpu-linear", choices=["default", "onednn"], default="default",
+                   help="onednn: multi-token fp32 linear layers through oneDNN with packed weights "
+                        "(faster tree forwards on CPU, about twice the model memory)")
+    p.add_argument("--quick", action="store_true",
+                   help="a seconds-long structural run for the tiny test pair (few tokens, small shapes)")
+    p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the report as JSON")
+    p.add_argument("--plot", default=None, metavar="OUT.png", help="write the plot")
+    p.set_defaults(func=run)
+
+
+def _floats(text: str, name: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--{name} must be comma-separated numbers (got {text!r})") from None
+    if not values:
+        raise UserError(f"--{name} is empty")
+    return values
+
+
+def _ints(text: str, name: str, minimum: int = 1) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--{name} must be comma-separated whole numbers (got {text!r})") from None
+    if not values:
+        raise UserError(f"--{name} is empty")
+    if min(values) < minimum:
+        raise UserError(f"--{name} values must be at least {minimum} (got {min(values)})")
+    return values
+
+
+def _shapes(text: str) -> tuple[tuple[int, int], ...]:
+    out = []
+    for part in (x.strip().lower() for x in text.split(",") if x.strip()):
+        try:
+            k, d = (int(v) for v in part.split("x"))
+        except ValueError:
+            raise UserError(f"--specinfer shapes look like 2x4 (width x depth), got {part!r}") from None
+        if k < 1 or d < 2:
+            raise UserError(f"--specinfer {part}: width must be >= 1 and depth >= 2 (levels, root included)")
+        out.append((k, d))
+    return tuple(out)
+
+
+def config_from_args(args) -> bench.BenchConfig:
+    base = bench.BenchConfig(**bench.QUICK) if args.quick else bench.BenchConfig()
+    changes = {}
+    if args.temperatures is not None:
+        changes["temperatures"] = _floats(args.temperatures, "temperatures")
+    if args.budgets is not None:
+        changes["budgets"] = _ints(args.budgets, "budgets")
+    if args.chain_depths is not None:
+        changes["chain_depths"] = _ints(args.chain_depths, "chain-depths", minimum=2)
+    if args.specinfer is not None:
+        changes["specinfer"] = _shapes(args.specinfer)
+    for flag, key in (("max_new_tokens", "max_new_tokens"), ("top_p", "top_p"), ("max_depth", "max_depth"),
+                      ("auto_max_budget", "auto_max_budget"), ("seed", "seed"), ("warmup_tokens", "warmup_tokens"),
+                      ("acceptance_tokens", "acceptance_tokens"), ("acceptance_prompts", "acceptance_prompts"),
+                      ("profile_repeats", "profile_repeats")):
+        if getattr(args, flag) is not None:
+            changes[key] = getattr(args, flag)
+    changes.update(match_specinfer=not args.no_match_specinfer, auto=not args.no_auto, ignore_eos=args.ignore_eos,
+                   chat=args.chat, fresh=args.fresh, cpu_linear=args.cpu_linear)
+    config = bench.BenchConfig(**{**base.__dict__, **changes})
+    _validate(config)
+    return config
+
+
+def _validate(c: bench.BenchConfig) -> None:
+    from engine.settings import Settings
+    for t in c.temperatures:
+        Settings(temperature=t, top_p=c.top_p, max_new_tokens=c.max_new_tokens, seed=c.seed)
+    if c.max_depth < 2:
+        raise UserError(f"--max-depth must be at least 2 (got {c.max_depth})")
+    if max(c.budgets) > 256 or c.auto_max_budget > 256:
+        raise UserError("budgets are limited to 256 nodes")
+    if c.auto_max_budget < 1:
+        raise UserError(f"--auto-max-budget must be at least 1 (got {c.auto_max_budget})")
+    if c.warmup_tokens < 0 or c.acceptance_tokens < 1 or c.profile_repeats < 1:
+        raise UserError("--warmup-tokens must be >= 0, --acceptance-tokens and --profile-repeats >= 1")
+
+
+def run(args) -> int:
+    config = config_from_args(args)
+    if args.prompts:
+        prompts = bench.prompts_from_texts(read_prompts(args.prompts))
+    else:
+        prompts = bench.default_prompts(bench.QUICK_PROMPT_MIX if args.quick else None)
+    pair = pair_from_args(args)
+    report = bench.run_bench(pair, prompts, config)
+    print(f"{report['pair']['draft']} -> {report['pair']['target']}; {len(prompts)} prompts, "
+          f"{config.max_new_tokens} new tokens each; {bench.format_machine(report)}")
+    print(bench.format_table(report))
+    print()
+    print(bench.format_goals(report))
+    if args.json_out:
+        print(f"JSON: {bench.write_json(report, args.json_out)}", file=sys.stderr)
+    if args.plot:
+        print(f"plot: {bench.plot(report, args.plot)}", file=sys.stderr)
+    return 0

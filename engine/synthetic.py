@@ -1,0 +1,305 @@
+"""Synthetic device profiles: random-weight models of realistic sizes, timed like a real pair.
+
+Timing needs no trained weights: a forward over n tokens costs the same whatever the weights
+hold. So `python -m engine profile --synthetic --draft-config 68m --target-config 7b` builds a
+Llama-68M-shaped draft and a Llama-2-7B-shaped target with random weights directly on the device
+(bfloat16 on a GPU by default), measures t(n) and the draft cost per width with the same code as
+the real profiler (engine.profiler.profile_device), and writes the profile JSON and a plot. With
+`--acceptance` it also shows the hardware-aware (n, d) that profile leads to.
+
+Sizes are presets (`68m`, `160m`, `1.1b`, `7b`, `13b`, `70b`, and `tiny`/`tiny-target` for tests)
+or a config.json file / model folder, each optionally followed by `:key=value,...` overrides,
+e.g. `7b:num_hidden_layers=2`."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from engine import profiler
+from engine.errors import UserError
+from engine.models import ModelPair, probe_tree_mask, resolve_device, resolve_dtype
+
+log = logging.getLogger(__name__)
+
+_LLAMA = dict(model_type="llama", hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=False,
+              bos_token_id=1, eos_token_id=2, vocab_size=32000)
+PRESETS: dict[str, dict] = {
+    # shapes of public checkpoints (from their config.json); weights are random here
+    "68m": dict(_LLAMA, hidden_size=768, intermediate_size=3072, num_hidden_layers=2, num_attention_heads=12,
+                num_key_value_heads=12, max_position_embeddings=2048, rms_norm_eps=1e-6),   # JackFram/llama-68m
+    "160m": dict(_LLAMA, hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                 num_key_value_heads=12, max_position_embeddings=2048, rms_norm_eps=1e-6),  # JackFram/llama-160m
+    "1.1b": dict(_LLAMA, hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                 num_key_value_heads=4, max_position_embeddings=2048),                       # TinyLlama-1.1B
+    "7b": dict(_LLAMA, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+               num_key_value_heads=32, max_position_embeddings=4096),                        # Llama-2-7b
+    "13b": dict(_LLAMA, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40, num_attention_heads=40,
+                num_key_value_heads=40, max_position_embeddings=4096),                       # Llama-2-13b
+    "70b": dict(_LLAMA, hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                num_key_value_heads=8, max_position_embeddings=4096),                        # Llama-2-70b
+    # for tests: seconds on a CPU
+    "tiny": dict(_LLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, max_position_embeddings=512, vocab_size=512),
+    "tiny-target": dict(_LLAMA, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4,
+                        num_key_value_heads=2, max_position_embeddings=512, vocab_size=512),
+}
+
+
+# ------------------------------------------------------------------ configs and models
+def parse_size(spec: str) -> tuple[str, dict]:
+    """'7b' | '7b:num_hidden_layers=2' | 'path/config.json[:k=v]' -> (display name, config dict)."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise UserError("empty model size: give a preset (" + ", ".join(PRESETS) + ") or a config.json")
+    base, _, over = spec.partition(":") if not Path(spec).exists() else (spec, "", "")
+    key = base.lower()
+    if key in PRESETS:
+        cfg = dict(PRESETS[key])
+    else:
+        path = Path(base)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise UserError(f"unknown model size '{base}': use one of {', '.join(PRESETS)} or a config.json file")
+        try:
+            cfg = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot read {path}: {exc}") from None
+        if "model_type" not in cfg:
+            raise UserError(f"{path} has no model_type")
+    for item in (x for x in over.split(",") if x.strip()):
+        k, eq, v = item.partition("=")
+        if not eq:
+            raise UserError(f"override '{item}' must look like key=value")
+        cfg[k.strip()] = _value(v.strip())
+    return spec, cfg
+
+
+def _value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def make_config(cfg: dict):
+    from transformers import AutoConfig
+    cfg = dict(cfg)
+    model_type = cfg.pop("model_type")
+    for k in ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path"):
+        cfg.pop(k, None)
+    try:
+        return AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError) as exc:
+        raise UserError(f"cannot build a '{model_type}' config: {exc}") from None
+
+
+def parameter_count(config) -> int:
+    """Parameters of a config, counted on the meta device (no memory used)."""
+    from transformers import AutoModelForCausalLM
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_model(config, device: torch.device, dtype: torch.dtype, seed: int = 0):
+    """Random weights, created directly on the device (a 7B model never passes through host memory)."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval()
+
+
+class SyntheticTokenizer:
+    """Just enough tokenizer for the step loop's text bookkeeping: token ids shown as <id>."""
+    chat_template = None
+    eos_token_id = None
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return "".join(f"<{int(i)}>" for i in ids)
+
+    def batch_decode(self, batch, skip_special_tokens: bool = False) -> list[str]:
+        return [self.decode(ids) for ids in batch]
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        import psutil
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return None
+
+
+def synthetic_pair(draft_size: str, target_size: str, device: str | None = "auto", dtype: str | None = "auto",
+                   seed: int = 0) -> ModelPair:
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    (dname, dcfg), (tname, tcfg) = parse_size(draft_size), parse_size(target_size)
+    draft_cfg, target_cfg = make_config(dcfg), make_config(tcfg)
+    need = (parameter_count(draft_cfg) + parameter_count(target_cfg)) * torch.tensor([], dtype=dt).element_size()
+    free = _free_bytes(dev)
+    if free is not None and need * 1.15 > free:
+        raise UserError(f"the synthetic pair needs about {need / 2**30:.1f} GiB of weights in {dt} but {dev} has "
+                        f"{free / 2**30:.1f} GiB free; pick smaller sizes or a larger device")
+    log.info("building random-weight %s target (%s) and %s draft on %s", tname, dt, dname, dev)
+    target = build_model(target_cfg, dev, dt, seed)
+    draft = build_model(draft_cfg, dev, dt, seed + 1)
+    probe = {"draft": probe_tree_mask(draft, f"synthetic {dname}"), "target": probe_tree_mask(target, f"synthetic {tname}")}
+    limit = min(getattr(c, "max_position_embeddings", 2048) for c in (draft_cfg, target_cfg))
+    return ModelPair(draft=draft, target=target, tokenizer=SyntheticTokenizer(),
+                     draft_name=f"synthetic-{dname}", target_name=f"synthetic-{tname}", device=dev, dtype=dt,
+                     eos_ids=frozenset(), context_limit=limit,
+                     vocab_size=target.get_output_embeddings().weight.shape[0], probe=probe)
+
+
+# ------------------------------------------------------------------ profile + outputs
+def synthetic_profile(draft_size: str, target_size: str, device: str | None = "auto", dtype: str | None = "auto",
+                      max_budget: int = 128, prefix_tokens: int = 128, repeats: int = 5,
+                      acceptance: list[float] | None = None, max_depth: int = 16) -> dict:
+    pair = synthetic_pair(draft_size, target_size, device, dtype)
+    t0 = time.perf_counter()
+    prof = profiler.profile_device(pair, max_budget=max_budget, prefix_tokens=prefix_tokens, repeats=repeats)
+    prof.source = "synthetic (random weights), measured in this run"
+    described = pair.describe()
+    out = {"kind": "synthetic-profile", "draft_size": draft_size, "target_size": target_size, "pair": described,
+           "profile": prof.to_dict(), "seconds": time.perf_counter() - t0,
+           "t_ratio": {n: prof.target_seconds[n] / prof.target_seconds[1] for n in sorted(prof.target_seconds)},
+           "draft_over_target": prof.draft_seconds[1] / prof.target_seconds[1],
+           "knee": knee(prof.target_seconds)}
+    if acceptance:
+        from engine.planner import choose_shape
+        from engine.plans import table_for
+        table = table_for(acceptance, max_budget, max_depth)
+        choice = choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
+                              budgets=range(1, max_budget + 1), depths=range(1, max_depth + 1))
+        out["hardware_aware"] = {"acceptance": list(acceptance), "n": choice.n, "d": choice.d,
+                                 "tree_depth": choice.tree.depth, "level_widths": choice.tree.level_widths,
+                                 "predicted_tokens_per_step": choice.predicted_tokens_per_step,
+                                 "predicted_speedup": choice.predicted_speedup}
+    del pair
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
+def knee(target_seconds: dict) -> int | None:
+    """Largest measured n whose t(n) is still within 10 % of t(1): where the flat part ends."""
+    t1 = target_seconds[min(target_seconds)]
+    flat = [n for n in sorted(target_seconds) if target_seconds[n] <= 1.1 * t1]
+    return flat[-1] if flat else None
+
+
+def plot_profile(report: dict, path: str | Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    prof = report["profile"]
+    ts = {int(k): v for k, v in prof["target_seconds"].items()}
+    ds = {int(k): v for k, v in prof["draft_seconds"].items()}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax = axes[0]
+    xs = sorted(ts)
+    ax.plot(xs, [ts[n] * 1e3 for n in xs], "o-", label=f"target {report['target_size']}")
+    xd = sorted(ds)
+    ax.plot(xd, [ds[n] * 1e3 for n in xd], "s-", label=f"draft {report['draft_size']}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens in one forward (tree nodes / level width)")
+    ax.set_ylabel("ms per forward (median)")
+    ax.set_title("forward time vs tokens")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax = axes[1]
+    ax.plot(xs, [ts[n] / ts[xs[0]] for n in xs], "o-", label="target t(n)/t(1)")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tree nodes n")
+    ax.set_ylabel("t(n) / t(1)")
+    title = "verification cost (flat up to the knee)"
+    if report.get("hardware_aware"):
+        ha = report["hardware_aware"]
+        title += f"\nhardware-aware: n={ha['n']}, depth {ha['tree_depth']}, predicted {ha['predicted_speedup']:.2f}x"
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    dev = prof.get("machine", {}).get("gpu") or prof.get("machine", {}).get("processor") or prof.get("device")
+    fig.suptitle(f"synthetic {report['draft_size']} -> {report['target_size']} ({prof['dtype']}) on {dev}; "
+                 "random weights, timing only", fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ------------------------------------------------------------------ CLI glue for `profile`
+def add_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("synthetic profile (random-weight models of realistic sizes)")
+    g.add_argument("--synthetic", action="store_true",
+                   help="profile random-weight models built from --draft-config/--target-config instead of a pair")
+    g.add_argument("--draft-config", default="68m", metavar="SIZE",
+                   help="preset (" + ", ".join(PRESETS) + ") or config.json, optional :key=value overrides")
+    g.add_argument("--target-config", default="7b", metavar="SIZE", help="as --draft-config (default 7b)")
+    g.add_argument("--acceptance", default=None,
+                   help="comma-separated P(rank 1), P(rank 2), ...: also report the hardware-aware (n, d)")
+    g.add_argument("--out", default=None, metavar="OUT.json",
+                   help="where to write the synthetic profile (a .png plot is written next to it); "
+                        "default bench/profile-synthetic-<draft>-<target>-<device>.json")
+
+
+def default_out(report: dict) -> Path:
+    safe = lambda s: "".join(c if c.isalnum() or c in "-._" else "_" for c in s)  # noqa: E731
+    dev = report["profile"]["device"].split(":")[0]
+    root = Path(__file__).resolve().parents[1] / "bench"
+    return root / f"profile-synthetic-{safe(report['draft_size'])}-{safe(report['target_size'])}-{dev}.json"
+
+
+def run(args) -> int:
+    acceptance = None
+    if args.acceptance:
+        from engine.commands.plan import parse_acceptance
+        acceptance = parse_acceptance(args.acceptance)
+    if args.max_budget < 1 or args.repeats < 1 or args.prefix < 1:
+        raise UserError("--max-budget, --repeats and --prefix must be at least 1")
+    report = synthetic_profile(args.draft_config, args.target_config, args.device, args.dtype,
+                               max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats,
+                               acceptance=acceptance)
+    out = Path(args.out) if args.out else default_out(report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    png = plot_profile(report, out.with_suffix(".png"))
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    prof = report["profile"]
+    ts = {int(k): v for k, v in prof["target_seconds"].items()}
+    ds = {int(k): v for k, v in prof["draft_seconds"].items()}
+    print(f"synthetic {report['draft_size']} -> {report['target_size']} on {prof['device']} ({prof['dtype']}), "
+          f"prefix {prof['prefix_tokens']} tokens, median of {prof['repeats']}")
+    print("  n    target ms   t(n)/t(1)   draft ms (width n)")
+    for n in sorted(ts):
+        d = ds.get(n)
+        print(f"  {n:<4d} {ts[n] * 1e3:9.2f}   {ts[n] / ts[1]:9.2f}   {'' if d is None else f'{d * 1e3:9.2f}'}")
+    print(f"  draft/target cost ratio c = {report['draft_over_target']:.3f}; knee (t(n) <= 1.1 t(1)) at "
+          f"n = {report['knee']}; per-step overhead {prof['overhead_seconds'] * 1e3:.2f} ms")
+    if report.get("hardware_aware"):
+        ha = report["hardware_aware"]
+        print(f"  hardware-aware tree: n = {ha['n']}, depth {ha['tree_depth']}, predicted "
+              f"{ha['predicted_tokens_per_step']:.2f} tokens/step, {ha['predicted_speedup']:.2f}x")
+    print(f"written: {out} and {png}")
+    if not math.isfinite(report["draft_over_target"]):
+        return 1
+    return 0

@@ -1,0 +1,211 @@
+"""The background engine: one job at a time, in order; stop between steps; a failing job leaves
+the worker ready; two readers at once both get their full runs."""
+import threading
+import time
+
+import pytest
+import torch
+
+from engine.decoding import StepEvent
+from engine.errors import UserError
+from engine.settings import Settings
+from engine.tree import Tree
+from engine.worker import DONE, FAILED, STOPPED, MethodSpec, NeedsMeasurement, Note, Progress, Worker
+from tests.tiny import tiny_pair_dirs
+
+LONG = Settings(max_new_tokens=200, ignore_eos=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run far faster on one intra-op thread (no spinning on a busy second core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def worker():
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
+    w.load(str(draft), str(target), "cpu", "float32").wait(120)
+    yield w
+    w.close()
+
+
+def steps(job):
+    return [x for x in job.stream(timeout=60) if isinstance(x, StepEvent)]
+
+
+def test_jobs_run_one_at_a_time_in_order():
+    w = Worker()
+    spans, lock = [], threading.Lock()
+
+    def slow(ctx, name):
+        start = time.perf_counter()
+        time.sleep(0.05)
+        with lock:
+            spans.append((name, start, time.perf_counter()))
+        return name
+
+    jobs = [w.submit(f"job{i}", slow, i) for i in range(4)]
+    assert jobs[3].position >= 2  # waiting behind others
+    assert [j.wait(10) for j in jobs] == [0, 1, 2, 3]
+    assert [name for name, _, _ in spans] == [0, 1, 2, 3]
+    for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
+        assert start >= end  # never two at once
+    assert all(j.state == DONE for j in jobs)
+    assert w.status()["state"] == "idle"
+    w.close()
+
+
+def test_generator_jobs_stream_items_and_return_a_result():
+    w = Worker()
+
+    def gen(ctx):
+        for i in range(3):
+            ctx.progress(i / 3, f"part {i}")
+            yield i
+        return "ok"
+
+    job = w.submit("gen", gen)
+    items = list(job.stream(timeout=10))
+    assert [x for x in items if isinstance(x, int)] == [0, 1, 2]
+    assert [x.message for x in items if isinstance(x, Progress)] == ["part 0", "part 1", "part 2"]
+    assert job.result == "ok"
+    w.close()
+
+
+def test_no_pair_is_a_clear_error():
+    w = Worker()
+    job = w.generate("hello", MethodSpec("ar"), Settings())
+    with pytest.raises(UserError, match="no model pair"):
+        job.wait(10)
+    w.close()
+
+
+def test_stop_mid_run_ends_between_steps(worker):
+    calls = {"n": 0}
+    holder = {}
+
+    def plan():  # called on the worker thread before each step: stop while step 4 is about to run
+        calls["n"] += 1
+        if calls["n"] == 4:
+            holder["job"].stop()
+        return None
+
+    job = holder["job"] = worker.generate("hello world", MethodSpec("chain", depth=3), LONG, plan=plan)
+    seen = steps(job)
+    assert seen[-1].done and seen[-1].finish_reason == "stopped" and not seen[-1].nodes
+    assert seen[-2].step == 4 and seen[-1].total_steps == 4  # the running step finished, no other began
+    assert job.state == STOPPED
+    # the worker goes on
+    again = steps(worker.generate("hello", MethodSpec("ar"), Settings(max_new_tokens=5, ignore_eos=True)))
+    assert again[-1].finish_reason == "max_new_tokens"
+
+
+def test_stop_while_queued_never_starts(worker):
+    gate = threading.Event()
+    blocker = worker.submit("block", lambda ctx: gate.wait(10))
+    queued = worker.generate("hello", MethodSpec("ar"), Settings(max_new_tokens=5))
+    assert worker.stop(queued.id)
+    gate.set()
+    blocker.wait(10)
+    queued.wait(10)
+    assert queued.state == STOPPED and queued.started_at is None
+    assert list(queued.stream(timeout=5)) == []
+
+
+def test_failed_job_then_good_job(worker):
+    def boom(ctx):
+        raise RuntimeError("kaboom")
+
+    bad = worker.submit("boom", boom)
+    with pytest.raises(RuntimeError, match="kaboom"):
+        list(bad.stream(timeout=10))
+    assert bad.state == FAILED
+    empty = worker.generate("   ", MethodSpec("ar"), Settings())
+    with pytest.raises(UserError, match="empty"):
+        empty.wait(10)
+    good = steps(worker.generate("hello", MethodSpec("specinfer", budget=7, depth=3),
+                                 Settings(max_new_tokens=12, ignore_eos=True)))
+    assert good[-1].done and good[-1].total_tokens == 12
+
+
+def test_bad_spec_is_refused_before_queueing(worker):
+    with pytest.raises(UserError, match="budget"):
+        worker.generate("hi", MethodSpec("sequoia", budget=0, depth=4), Settings())
+    with pytest.raises(UserError, match="method"):
+        worker.generate("hi", MethodSpec("nonsense"), Settings())
+
+
+def test_two_clients_at_once_second_waits_both_finish(worker):
+    results = {}
+    jobs = {}
+
+    def client(name, method):
+        job = worker.generate("the quick brown fox", method, Settings(max_new_tokens=30, ignore_eos=True))
+        jobs[name] = job
+        results[name] = steps(job)
+
+    a = threading.Thread(target=client, args=("a", MethodSpec("chain", depth=4)))
+    a.start()
+    while "a" not in jobs:
+        time.sleep(0.001)
+    b = threading.Thread(target=client, args=("b", MethodSpec("ar")))
+    b.start()
+    a.join(60)
+    b.join(60)
+    assert results["a"][-1].total_tokens == 30 and results["b"][-1].total_tokens == 30
+    assert results["a"][-1].text == results["b"][-1].text  # greedy: same text whatever the method
+    assert jobs["b"].started_at >= jobs["a"].finished_at  # the second waited for the first
+
+
+def test_replan_reaches_a_running_job(worker):
+    small, big = Tree.chain(3), Tree.from_branching([3, 1, 1, 1])
+    calls = {"n": 0}
+    holder = {}
+
+    def plan():  # what the UI's slider does: from the third step on, a new tree
+        calls["n"] += 1
+        if calls["n"] == 5:
+            holder["job"].stop()
+        return big if calls["n"] >= 3 else None
+
+    job = holder["job"] = worker.generate("hello world", MethodSpec("chain", depth=3), LONG, plan=plan)
+    shapes = [tuple(e.tree_parents) for e in steps(job) if e.nodes]
+    assert shapes == [small.parents] * 2 + [big.parents] * 3
+
+
+def test_plan_measures_when_needed_and_quick_plan_says_so(worker):
+    settings = Settings(temperature=0.9, top_p=0.95)
+    spec = MethodSpec("sequoia", budget=10, depth=4)
+    with pytest.raises(NeedsMeasurement):
+        worker.quick_plan(spec, settings, allow_nearest=False)
+    job = worker.plan(spec, settings)
+    items = list(job.stream(timeout=120))
+    assert any(isinstance(x, Progress) and "measuring" in x.message for x in items)
+    result = job.result
+    assert result.tree.size == 10 and result.tree.depth <= 4 and result.exact
+    again = worker.quick_plan(spec, settings)
+    assert again.tree == result.tree and "cache file" in again.acceptance_note
+    near = worker.quick_plan(spec, Settings(temperature=0.8, top_p=0.95))
+    assert not near.exact and "nearest" in near.acceptance_note and near.tree.size == 10
+
+
+def test_generate_emits_its_plan_first(worker):
+    job = worker.generate("hello", MethodSpec("sequoia", budget=8, depth=4), Settings(max_new_tokens=6))
+    items = [x for x in job.stream(timeout=120) if not isinstance(x, Progress)]
+    assert isinstance(items[0], Note) and items[0].kind == "plan"
+    assert items[0].data.tree.size == 8
+    assert isinstance(items[-1], StepEvent) and items[-1].done
+
+
+def test_failed_load_keeps_the_loaded_pair(worker, tmp_path):
+    before = worker.pair
+    job = worker.load(str(tmp_path / "missing"), str(tmp_path / "missing"), "cpu", "float32")
+    with pytest.raises(UserError):
+        job.wait(30)
+    assert worker.pair is before
+    assert worker.status()["pair"]["target"] == before.target_name
