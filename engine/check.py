@@ -443,7 +443,7 @@ def _prefix_and_continuations(model, prefix: list[int], tokens: list[int]) -> tu
     cache.batch_repeat_interleave(len(tokens))
     nxt = model(input_ids=torch.tensor(tokens, device=device)[:, None],
                 attention_mask=torch.ones(len(tokens), len(prefix) + 1, dtype=torch.long, device=device),
-                past_key_values=cache, use_cache=True).logits[:, -1].float().cpu()
+                cache=cache, use_cache=True).logits[:, -1].float().cpu()
     return first, dict(zip(tokens, nxt))
 
 

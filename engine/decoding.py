@@ -19,6 +19,7 @@ from transformers import DynamicCache
 
 from engine import attention, sampling
 from engine.errors import UserError
+from engine.memory import check_fits
 from engine.methods import Method
 from engine.models import ModelPair
 from engine.settings import Settings
@@ -118,6 +119,7 @@ class Decoder:
         if len(seq) >= pair.context_limit:
             raise UserError(f"the prompt has {len(seq)} tokens but the models' context holds {pair.context_limit}; "
                             "shorten the prompt")
+        check_fits(pair, min(len(seq) + s.max_new_tokens, pair.context_limit), self.plan().size)
         t0 = self.clock.now()
         if len(seq) > 1:
             attention.forward_causal(pair.target, self.target_cache, seq[:-1])

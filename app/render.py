@@ -1,0 +1,170 @@
+"""HTML/Markdown pieces of the page (text coloured by step, metric cards, header lines).
+Pure functions of engine data; the CSS lives in assets/style.css."""
+from __future__ import annotations
+
+import html
+import os
+
+from app.plots import PLANNED, STATUS_COLORS
+
+STEP_CLASSES = 2  # alternating step shades
+
+
+def esc(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def human_count(n: int | None) -> str:
+    if not n:
+        return "?"
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)
+
+
+def human_bytes(n: float | None) -> str:
+    if n is None:
+        return "—"
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def short_path(path: str | None) -> str:
+    if not path:
+        return "—"
+    home = os.path.expanduser("~")
+    return path.replace(home, "~", 1) if path.startswith(home) else path
+
+
+# ---------------------------------------------------------------- generated text
+def bonus_part(ev) -> str:
+    """The text of this step's bonus token when it is really part of the step's new text."""
+    bonus = next((n for n in ev.nodes if n.status == "bonus"), None)
+    if bonus is None or not ev.new_token_ids or ev.new_token_ids[-1] != bonus.token_id:
+        return ""
+    if len(ev.new_token_ids) != len(ev.accepted_path):  # accepted (path minus root) + the bonus
+        return ""
+    return bonus.text if bonus.text and ev.new_text.endswith(bonus.text) else ""
+
+
+def step_span(ev, current: bool = False) -> str:
+    if not ev.new_text:
+        return ""
+    tail = bonus_part(ev)
+    head = ev.new_text[: len(ev.new_text) - len(tail)] if tail else ev.new_text
+    accepted = len(ev.accepted_path) - 1
+    tip = (f"step {ev.step}: {accepted} drafted token{'s' if accepted != 1 else ''} accepted"
+           f"{' + 1 bonus token' if tail else ''} ({len(ev.new_token_ids)} new)")
+    cls = f"sq-step sq-s{ev.step % STEP_CLASSES}" + (" sq-current" if current else "")
+    inner = esc(head) + (f'<span class="sq-bonus">{esc(tail)}</span>' if tail else "")
+    return f'<span class="{cls}" title="{esc(tip)}" data-step="{ev.step}">{inner}</span>'
+
+
+def text_html(events, current_step: int | None = None, placeholder: str = "") -> str:
+    """All generated text, one shaded span per step; the bonus token of each step underlined."""
+    spans, shown = [], ""
+    for ev in events:
+        if not ev.nodes:
+            continue
+        if shown + ev.new_text != ev.text:  # the tokenizer re-joined earlier text: show it plainly
+            spans = [f'<span class="sq-step sq-s0">{esc(ev.text[:len(ev.text) - len(ev.new_text)])}</span>']
+        spans.append(step_span(ev, current=ev.step == current_step))
+        shown = ev.text
+    body = "".join(spans) or f'<span class="sq-placeholder">{esc(placeholder)}</span>'
+    legend = ('<div class="sq-text-legend"><span class="sq-step sq-s0">one shade</span>'
+              '<span class="sq-step sq-s1">per step</span> · <span class="sq-bonus">bonus token</span> '
+              'underlined (the target\'s own token after the accepted guesses) · hover a span for its step</div>')
+    return f'<div class="sq-text-wrap">{legend}<div class="sq-text">{body}</div></div>'
+
+
+# ---------------------------------------------------------------- metrics
+def _card(value: str, caption: str, sub: str = "", color: str | None = None) -> str:
+    style = f' style="color:{color}"' if color else ""
+    return (f'<div class="sq-card"><div class="sq-big"{style}>{value}</div><div class="sq-cap">{esc(caption)}</div>'
+            f'<div class="sq-sub">{sub}</div></div>')
+
+
+def metrics_html(events, predicted: float | None = None, predicted_note: str = "", label: str = "",
+                 step_view=None) -> str:
+    real = [e for e in events if e.nodes]
+    if not events:
+        return '<div class="sq-metrics sq-empty">Metrics appear here while a run goes.</div>'
+    last = events[-1]
+    last_step = real[-1] if real else None
+    mean = last.tokens_per_step
+    cards = [
+        _card(f"{last.tokens_per_second:.1f}", "tokens / s",
+              f"decoding only · prefill {last.prefill_seconds:.2f} s apart"),
+        _card(f"{mean:.2f}", "tokens / step (mean)",
+              f"last step: {len(last_step.new_token_ids) if last_step else 0}", STATUS_COLORS["accepted"]),
+        _card("—" if predicted is None else f"{predicted:.2f}", "predicted tokens / step",
+              esc(predicted_note) or "from the measured acceptance vector", PLANNED),
+        _card(f"{last.total_steps}", "steps", f"{last.total_tokens} tokens"
+              + (f" · finished: {esc(last.finish_reason)}" if last.done else " · running")),
+    ]
+    draft = sum(e.draft_seconds for e in real)
+    verify = sum(e.verify_seconds for e in real)
+    other = sum(e.other_seconds for e in real)
+    total = draft + verify + other
+    bar = ""
+    if total > 0:
+        segs = [("draft", draft, "#0ea5e9"), ("verify", verify, "#475569"), ("other", other, "#cbd5e1")]
+        bar = '<div class="sq-timebar">' + "".join(
+            f'<div class="sq-seg" style="width:{100 * s / total:.2f}%;background:{c}" '
+            f'title="{name}: {s:.3f} s ({100 * s / total:.0f} %)"></div>' for name, s, c in segs) + "</div>"
+        bar += ('<div class="sq-timelegend">' + " · ".join(
+            f'<span class="sq-dot" style="background:{c}"></span>{name} {s:.2f} s ({100 * s / total:.0f} %)'
+            for name, s, c in segs) + "</div>")
+    head = f'<div class="sq-runlabel">{esc(label)}</div>' if label else ""
+    return f'<div class="sq-metrics">{head}<div class="sq-cards">{"".join(cards)}</div>{bar}</div>'
+
+
+# ---------------------------------------------------------------- header and plan lines
+def pair_line(info: dict | None, status: dict) -> str:
+    if info is None:
+        pair = ('<span class="sq-warn">no model pair loaded</span>' if not status.get("loading")
+                else "loading the model pair…")
+    else:
+        pair = (f'draft <b>{esc(info["draft"])}</b> ({human_count(info.get("draft_parameters"))}) → '
+                f'target <b>{esc(info["target"])}</b> ({human_count(info.get("target_parameters"))}) · '
+                f'{esc(info["device"])} · {esc(info["dtype"])}')
+    busy = status.get("state") == "busy"
+    msg = status.get("message") or "idle"
+    if busy and status.get("fraction") is not None:
+        msg += f" ({100 * status['fraction']:.0f} %)"
+    if status.get("queued"):
+        msg += f" · {status['queued']} waiting"
+    dot = "sq-busy" if busy else "sq-idle"
+    err = ""
+    if status.get("last_error") and not busy:
+        err = f' <span class="sq-warn" title="{esc(status["last_error"])}">· last error: {esc(status["last_error"][:90])}</span>'
+    return (f'<div class="sq-header"><div class="sq-title">Sequoia Live '
+            f'<span class="sq-tagline">tree speculative decoding, step by step</span></div>'
+            f'<div class="sq-pair">{pair}</div>'
+            f'<div class="sq-status {dot}"><span class="sq-led"></span>{esc(msg)}{err}</div></div>')
+
+
+def plan_line(result, running: bool = False) -> str:
+    if result is None:
+        return '<div class="sq-plan">No plan yet.</div>'
+    t = result.tree
+    parts = [f"<b>{esc(result.method.label)}</b>", f"{t.size} nodes, {t.depth} levels"]
+    if result.expected_tokens is not None:
+        parts.append(f"predicted <b>{result.expected_tokens:.2f}</b> tokens/step")
+    if result.predicted_speedup is not None:
+        parts.append(f"predicted speedup <b>{result.predicted_speedup:.2f}×</b> (device profile)")
+    else:
+        parts.append("speedup: profile the device (Planner tab) to predict it")
+    note = ""
+    if result.acceptance is not None:
+        vec = result.acceptance
+        cls = "sq-warn" if not result.exact else "sq-note"
+        note = (f'<div class="{cls}">acceptance: {esc(result.acceptance_note if not result.exact else "")}'
+                f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}</div>')
+    elif result.acceptance_note:
+        note = f'<div class="sq-note">{esc(result.acceptance_note)}</div>'
+    tail = ' <span class="sq-note">(the running job uses it from its next step)</span>' if running else ""
+    return f'<div class="sq-plan">Plan: {" · ".join(parts)}{tail}{note}</div>'

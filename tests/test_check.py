@@ -1,0 +1,170 @@
+"""The losslessness self-check (engine/check.py, `python -m engine check`): it passes on a correct tiny
+pair and fails when the verifier or the cache commit is deliberately broken."""
+import collections
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from engine import attention, check, cli, sampling
+from tests.tiny import tiny_pair, tiny_pair_dirs
+
+PAIR = dict(family="llama", chars="abcde", noise=0.8, seed=3)  # vocab 7; a draft far from the target
+PROMPTS = ["abca", "bead"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models: one thread avoids oversubscribing shared cores (10x faster here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(**PAIR)
+
+
+def config(**kw):
+    base = dict(prompts=PROMPTS, greedy_tokens=10, samples=90, kv_steps=3, seed=1)
+    base.update(kw)
+    return check.CheckConfig(**base)
+
+
+# ------------------------------------------------------------------ statistics, no models
+def test_chi_square_accepts_exact_samples_and_rejects_shifted_ones():
+    rng = np.random.default_rng(0)
+    p = np.array([0.5, 0.3, 0.15, 0.04, 0.01, 0.0])
+    good = collections.Counter(rng.choice(6, size=400, p=p).tolist())
+    result = check.chi_square([(good, p)])
+    assert result.pvalue > 1e-3 and result.impossible == 0
+    # bins: tokens 0..2 (expected >= 5 at n=400: 200, 120, 60), token 3 (16), "other" = token 4 (4 < 5)
+    # is merged into the smallest bin -> 4 bins, df 3
+    assert result.df == 3 and result.bins == 4 and result.samples == 400
+    shifted = collections.Counter(rng.choice(6, size=400, p=[0.4, 0.4, 0.15, 0.04, 0.01, 0.0]).tolist())
+    assert check.chi_square([(shifted, p)]).pvalue < 1e-4
+
+
+def test_chi_square_groups_add_up_and_impossible_tokens_fail():
+    p = np.array([0.6, 0.4, 0.0])
+    a = collections.Counter({0: 30, 1: 20})
+    one = check.chi_square([(a, p)])
+    two = check.chi_square([(a, p), (a, p)])
+    assert two.df == 2 * one.df and two.statistic == pytest.approx(2 * one.statistic)
+    bad = check.chi_square([(collections.Counter({0: 30, 1: 19, 2: 1}), p)])
+    assert bad.pvalue == 0.0 and bad.impossible == 1
+    assert check.chi_square([(collections.Counter({0: 3}), p)]).pvalue is None  # too few to form two bins
+
+
+def test_detectable_distance_shrinks_with_samples():
+    d100, d400 = check.detectable_distance(3, 100), check.detectable_distance(3, 400)
+    assert d400 == pytest.approx(d100 / 4)
+    assert 0.1 < d100 < 1
+
+
+def test_reference_distribution_matches_transformers_sampling_definition(pair):
+    logits = torch.tensor([2.0, 1.0, 0.5, -1.0, -3.0])
+    p = check.reference_distribution(logits, 0.7, 0.9)
+    assert float(p.sum()) == pytest.approx(1.0)
+    assert p[-1] == 0 and p[0] > 0.5
+    torch.testing.assert_close(p, sampling.target_distribution(logits, 0.7, 0.9))
+
+
+def test_config_is_validated():
+    for bad in (dict(samples=0), dict(alpha=2.0), dict(sections=("greedy", "nope")), dict(methods=("beam",)),
+                dict(sampling_settings=((0.0, 1.0),)), dict(prompts=[])):
+        with pytest.raises(check.UserError):
+            config(**bad).validate()
+    assert check.parse_methods("chain, sequoia") == ("chain", "sequoia")
+
+
+# ------------------------------------------------------------------ the check on a tiny pair
+def test_correct_pair_passes(pair):
+    seen = []
+    report = check.run_check(pair, config(), progress=lambda f, m: seen.append((f, m)))
+    assert report.verdict == "PASS", report.text()
+    counts = report.section_counts()
+    assert counts["greedy"]["pass"] == 6
+    assert counts["sampling"]["fail"] == 0 and counts["sampling"]["pass"] >= 6
+    assert counts["structure"]["fail"] == 0
+    assert seen[1][0] == 0.0 and seen[1][1].startswith("estimated time")  # estimate before any work
+    assert seen[-1][0] == 1.0 and all(0 <= f <= 1 for f, _ in seen)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["verdict"] == "PASS" and data["estimate"]["samples"] == 90
+    assert report.summary().startswith("PASS")
+
+
+def draft_as_target(p, q, children, generator):
+    """Broken: verifies against the draft's own distribution, so every first child is accepted."""
+    return ORIGINAL_SEQUOIA(q, q, children, generator)
+
+
+def no_residual(p, q, children, generator):
+    """Broken: the residual is never updated after a rejection (the bonus comes from p)."""
+    for position, token in enumerate(children):
+        r = float(torch.rand((), generator=generator, dtype=torch.float64))
+        if r * float(q[token]) < float(p[token]):
+            return sampling.Verdict(position, None, [False] * position + [True])
+    return sampling.Verdict(None, p.clone(), [False] * len(children))
+
+
+ORIGINAL_SEQUOIA = sampling.verify_sequoia
+
+
+@pytest.mark.parametrize("broken", [draft_as_target, no_residual])
+def test_broken_verifier_fails_the_sampling_check(pair, monkeypatch, broken):
+    monkeypatch.setattr(sampling, "verify_sequoia", broken)
+    report = check.run_check(pair, config(sections=("sampling",), methods=("sequoia",), samples=300,
+                                          sampling_settings=((1.0, 1.0),)))
+    assert report.verdict == "FAIL", report.text()
+    failed = [i for i in report.items if i.status == "fail"]
+    assert failed and all(i.section == "sampling" for i in failed)
+    assert min(i.details["pvalue"] for i in failed) < 1e-3
+
+
+def test_broken_cache_commit_fails(pair, monkeypatch):
+    original = attention.commit
+
+    def keep_first_rows(cache, keep):
+        """Broken: keeps the first tree rows instead of the accepted path's."""
+        return original(cache, list(range(len(keep))))
+
+    monkeypatch.setattr(attention, "commit", keep_first_rows)
+    report = check.run_check(pair, config(sections=("greedy", "structure"), methods=("sequoia",), greedy_tokens=16,
+                                          kv_steps=6))
+    assert report.verdict == "FAIL", report.text()
+    failed = {i.section for i in report.items if i.status == "fail"}
+    assert failed & {"greedy", "structure"}
+
+
+def test_commit_that_crashes_is_a_failure_not_a_crash(pair, monkeypatch):
+    original = attention.commit
+    monkeypatch.setattr(attention, "commit", lambda cache, keep: original(cache, keep[:-1]))
+    report = check.run_check(pair, config(sections=("greedy", "structure"), methods=("chain",)))
+    assert report.verdict == "FAIL"
+    assert any(i.name == "KV commit" and i.status == "fail" for i in report.items)
+
+
+def test_stop_returns_a_partial_report(pair):
+    calls = iter(range(10**6))
+    report = check.run_check(pair, config(), should_stop=lambda: next(calls) > 5)
+    assert report.stopped and report.verdict == "STOPPED"
+    assert report.summary().startswith("STOPPED")
+
+
+def test_cli_json_and_exit_status(tmp_path, capsys):
+    draft, target = tiny_pair_dirs(**PAIR)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("abca\nbead\n")
+    code = cli.main(["check", "--draft", str(draft), "--target", str(target), "--prompts", str(prompts),
+                     "--methods", "chain", "--samples", "40", "--greedy-tokens", "6", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    result = json.loads(out.out)
+    assert result["verdict"] == "PASS" and result["config"]["methods"] == ["chain"]
+    assert "estimated time" in out.err
+    assert cli.main(["check", "--methods", "beam"]) == 2
+    assert "error:" in capsys.readouterr().err
