@@ -251,8 +251,10 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     if progress:
         progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead")
     overhead = _measure_overhead(pair, prefix, should_stop)
+    machine = machine_description(pair.device)
+    machine.update({k: v for k, v in pair.describe().items() if k.endswith("device_map") and v})
     return DeviceProfile(target_s, draft_s, overhead, prefix_tokens, repeats, pair.draft_name, pair.target_name,
-                         str(pair.device), str(pair.dtype).replace("torch.", ""), machine_description(pair.device),
+                         str(pair.device), str(pair.dtype).replace("torch.", ""), machine,
                          time.strftime("%Y-%m-%dT%H:%M:%S"))
 
 
@@ -269,7 +271,10 @@ def _measure_overhead(pair: ModelPair, prefix: list[int], should_stop) -> float:
 
 
 def profile_key(pair: ModelPair) -> str:
-    return _key("profile", pair.draft_name, pair.target_name, str(pair.device), str(pair.dtype))
+    """Timing depends on where the weights live, so a device map is part of the key."""
+    placement = pair.describe()
+    return _key("profile", pair.draft_name, pair.target_name, str(pair.device), str(pair.dtype),
+                placement["target_device_map"], placement["draft_device_map"])
 
 
 def cached_profile(pair: ModelPair) -> DeviceProfile | None:

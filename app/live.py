@@ -1,0 +1,353 @@
+"""Live tab: one prompt through one method, the tree of every step drawn as it happens."""
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import gradio as gr
+
+from app import plots, render
+from app.state import METHOD_CHOICES, AppContext, Session, settings_from, spec_from
+from engine.decoding import StepEvent
+from engine.errors import UserError
+from engine.tree import Tree, TreeError
+from engine.worker import NeedsMeasurement, Note, Progress
+
+log = logging.getLogger(__name__)
+
+FIG_INTERVAL = 0.1   # tree figure: at most 10 updates per second
+ACC_INTERVAL = 0.5   # acceptance chart: at most 2 per second
+MODEL = dict(concurrency_id="model", concurrency_limit=1)
+LIGHT = dict(concurrency_limit=None)
+
+
+def user_message(exc: BaseException) -> str:
+    if isinstance(exc, (UserError, TreeError)):
+        return str(exc)
+    return f"internal error: {type(exc).__name__}: {exc} (details in the server log)"
+
+
+@functools.lru_cache(maxsize=512)
+def _expected(parents: tuple, acceptance: tuple) -> float:
+    return Tree(parents).expected_tokens(acceptance)
+
+
+class Run:
+    """Everything the page shows about one Live run, rebuilt from its StepEvents."""
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.events: list[StepEvent] = []
+        self.plan = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.settings.greedy
+
+    @property
+    def sampler(self) -> str:
+        return self.plan.method.sampler if self.plan else "sequoia"
+
+    @property
+    def label(self) -> str:
+        return self.plan.method.label if self.plan else ""
+
+    @property
+    def steps(self) -> list[StepEvent]:
+        return [e for e in self.events if e.nodes]
+
+    def predicted(self) -> tuple[float | None, str]:
+        """Mean over the steps so far of F(tree of that step) under the plan's vector."""
+        if self.plan is None:
+            return None, ""
+        vec = self.plan.acceptance
+        steps = self.steps
+        if vec is None or (not self.plan.exact):
+            if self.plan.tree.size == 1:
+                return 1.0, "autoregressive"
+            return None, "no acceptance vector measured for these settings"
+        acc = tuple(vec.probabilities)
+        if not steps:
+            return self.plan.expected_tokens, f"G for the plan · {vec.positions} positions measured"
+        value = sum(_expected(tuple(e.tree_parents), acc) for e in steps) / len(steps)
+        return value, f"F(tree) under the vector measured at T={vec.temperature:g} ({vec.positions} positions)"
+
+    def tree_fig(self, ev):
+        return plots.tree_figure(ev, greedy=self.greedy, sampler=self.sampler)
+
+    def acc_fig(self):
+        vec = self.plan.acceptance if self.plan else None
+        observed = plots.observed_acceptance(self.steps)
+        planned = vec.probabilities if vec is not None else None
+        name = "planned (measured vector)" if (self.plan and self.plan.exact) else "nearest measured vector"
+        return plots.acceptance_figure(planned, observed, ci=vec.ci95 if vec is not None else None,
+                                       planned_name=name, title="Acceptance by rank: planned vs observed")
+
+    def metrics(self) -> str:
+        pred, note = self.predicted()
+        return render.metrics_html(self.events, pred, note, self.label)
+
+    def text(self, current: int | None = None) -> str:
+        return render.text_html(self.events, current)
+
+    def data(self, ev: StepEvent | None = None) -> dict:
+        ev = ev or (self.events[-1] if self.events else None)
+        if ev is None:
+            return {}
+        return {"step": ev.step, "done": ev.done, "finish_reason": ev.finish_reason, "method": ev.method,
+                "label": self.label, "text": ev.text, "new_text": ev.new_text, "new_token_ids": ev.new_token_ids,
+                "total_tokens": ev.total_tokens, "total_steps": ev.total_steps,
+                "tokens_per_step": ev.tokens_per_step, "tokens_per_second": ev.tokens_per_second,
+                "accepted_ranks": ev.accepted_ranks, "tree_size": len(ev.tree_parents),
+                "draft_seconds": ev.draft_seconds, "verify_seconds": ev.verify_seconds,
+                "other_seconds": ev.other_seconds, "prefill_seconds": ev.prefill_seconds,
+                "seconds": ev.total_seconds}
+
+
+def build(ctx: AppContext, header: dict) -> dict:
+    prompts = ctx.prompts
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300, elem_classes="sq-controls"):
+            prompt = gr.Textbox(label="Prompt", lines=4, max_lines=12, value=prompts[0]["prompt"] if prompts else "",
+                                elem_id="sq-prompt")
+            example = gr.Dropdown(choices=[p["title"] for p in prompts], value=None, label="Example prompts",
+                                  elem_id="sq-example")
+            method = gr.Radio(METHOD_CHOICES, value="sequoia", label="Method", elem_id="sq-method")
+            hardware = gr.Checkbox(value=False, label="Hardware-aware: the planner picks n ≤ budget and d ≤ depth "
+                                                      "from this device's profile", elem_id="sq-hw")
+            budget = gr.Slider(1, ctx.max_budget, value=ctx.default_budget, step=1,
+                               label="Tree budget n (nodes, root included)", elem_id="sq-budget")
+            depth = gr.Slider(1, ctx.max_depth, value=ctx.default_depth, step=1,
+                              label="Depth d (levels, root included)", elem_id="sq-depth")
+            temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+                                    elem_id="sq-temperature")
+            top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id="sq-top-p")
+            with gr.Row():
+                max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens", elem_id="sq-max-new")
+                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="sq-seed")
+            with gr.Row():
+                go = gr.Button("Generate", variant="primary", elem_id="sq-generate")
+                stop = gr.Button("Stop", variant="stop", elem_id="sq-stop")
+        with gr.Column(scale=3, min_width=600):
+            status = gr.Markdown("Ready. Press **Generate**; move the budget or temperature to re-plan.",
+                                 elem_id="sq-live-status")
+            tree = gr.Plot(show_label=False, elem_id="sq-tree")
+            replay = gr.Slider(1, 2, value=1, step=1, label="Replay a step (after a run)", interactive=False,
+                               elem_id="sq-replay")
+            gr.HTML(_legend_html(), elem_id="sq-legend")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3, min_width=500):
+            text = gr.HTML(render.text_html([], placeholder="The generated text appears here, one shade per step."),
+                           elem_id="sq-text")
+        with gr.Column(scale=2, min_width=400):
+            metrics = gr.HTML(render.metrics_html([]), elem_id="sq-metrics")
+            acc = gr.Plot(show_label=False, elem_id="sq-acc")
+    with gr.Accordion("Raw data (what the API returns)", open=False):
+        with gr.Row():
+            step_json = gr.JSON(label="Last step", elem_id="sq-step-json")
+            plan_json = gr.JSON(label="Plan", elem_id="sq-plan-json")
+
+    plan_md = header["plan"]
+    plan_inputs = [method, budget, depth, hardware, temperature, top_p]
+
+    # ------------------------------------------------------------ handlers
+    def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+        """Re-plan from caches at once; measure (with progress) only when nothing is measured."""
+        sess = ctx.sessions.get(request)
+        try:
+            spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
+            settings = settings_from(temp_v, top_p_v)
+        except (UserError, TreeError) as exc:
+            raise gr.Error(str(exc)) from None
+        try:
+            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True)
+        except NeedsMeasurement as need:
+            yield {status: f"⏳ {need} — measuring now (the plan follows)…"}
+            job = ctx.worker.plan(spec, settings)
+            try:
+                for item in job.stream():
+                    if isinstance(item, Progress):
+                        yield {status: _progress_text(item)}
+            except Exception as exc:  # noqa: BLE001
+                yield {status: f"❌ {user_message(exc)}"}
+                raise gr.Error(user_message(exc)) from None
+            if job.result is None:
+                yield {status: "Measurement stopped; plan unchanged."}
+                return
+            result = job.result
+        except (UserError, TreeError) as exc:
+            yield {status: f"⚠️ {exc}"}
+            raise gr.Error(str(exc)) from None
+        sess.plan = result
+        sess.publish(spec.kind, result.tree)
+        running = sess.running
+        out = {plan_md: render.plan_line(result, running), plan_json: result.summary(),
+               status: (f"Re-planned: **{result.method.label}** — the running job uses it from its next step."
+                        if running else f"Planned **{result.method.label}**: this tree is used by the next run.")}
+        if not running:
+            vec = result.acceptance.probabilities if result.acceptance is not None else None
+            out[tree] = plots.plan_figure(result.tree, vec)
+        yield out
+
+    def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+        """On page load: draw the plan if caches allow; never starts a measurement."""
+        sess = ctx.sessions.get(request)
+        try:
+            spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
+            settings = settings_from(temp_v, top_p_v)
+            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True)
+        except NeedsMeasurement as need:
+            return {status: f"{need}. **Generate** measures it first (progress shown here), or use "
+                            "**Measure** in the Planner tab.",
+                    tree: plots.empty_figure("The tree appears after the first plan or step.")}
+        except (UserError, TreeError) as exc:
+            return {status: f"{exc}", tree: plots.empty_figure("The tree appears after the first plan or step.")}
+        sess.plan = result
+        vec = result.acceptance.probabilities if result.acceptance is not None else None
+        return {plan_md: render.plan_line(result), plan_json: result.summary(),
+                tree: plots.plan_figure(result.tree, vec)}
+
+    def generate(prompt_v, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, max_new_v, seed_v,
+                 request: gr.Request):
+        sess = ctx.sessions.get(request)
+        try:
+            if not isinstance(prompt_v, str) or not prompt_v.strip():
+                raise UserError("the prompt is empty: type something or pick an example")
+            settings = settings_from(temp_v, top_p_v, max_new_v, seed_v)
+            spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
+            if sess.running:
+                raise UserError("a run is already going in this tab: press Stop first")
+            job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind))
+        except (UserError, TreeError) as exc:
+            raise gr.Error(str(exc)) from None
+        sess.job = job
+        run = Run(settings)
+        sess.events = run.events
+        sess.run_info = {"run": run}
+        last_fig = last_acc = 0.0
+        ahead = job.position
+        yield {status: f"⏳ waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
+               else "⏳ starting…", replay: gr.update(interactive=False),
+               text: render.text_html([], placeholder="…")}
+        try:
+            for item in job.stream():
+                if isinstance(item, Progress):
+                    yield {status: _progress_text(item)}
+                elif isinstance(item, Note) and item.kind == "plan":
+                    run.plan = item.data
+                    sess.plan = item.data
+                    yield {plan_md: render.plan_line(item.data, True), plan_json: item.data.summary(),
+                           status: f"▶ running **{item.data.method.label}**…"}
+                elif isinstance(item, StepEvent):
+                    run.events.append(item)
+                    out = {text: run.text(), metrics: run.metrics(), step_json: run.data(item),
+                           status: _run_status(item, run)}
+                    now = time.monotonic()
+                    if item.nodes and (now - last_fig >= FIG_INTERVAL or item.done):
+                        out[tree] = run.tree_fig(item)
+                        last_fig = now
+                    if now - last_acc >= ACC_INTERVAL or item.done:
+                        out[acc] = run.acc_fig()
+                        last_acc = now
+                    if item.done:
+                        steps = run.steps
+                        if steps and not item.nodes:
+                            out[tree] = run.tree_fig(steps[-1])
+                        out[replay] = _replay_update(len(steps))
+                    yield out
+        except GeneratorExit:  # the page went away or the event was cancelled
+            job.stop()
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message
+            if not isinstance(exc, (UserError, TreeError)):
+                log.exception("generate failed")
+            yield {status: f"❌ {user_message(exc)}", replay: _replay_update(len(run.steps))}
+            raise gr.Error(user_message(exc)) from None
+        finally:
+            if not job.done:
+                job.stop()
+        if job.state == "stopped" and not run.events:
+            yield {status: "Stopped before the first step."}
+
+    def stop_run(request: gr.Request):
+        sess = ctx.sessions.get(request)
+        if sess.running:
+            sess.job.stop()
+            return "⏹ stopping after the current step…"
+        return "Nothing is running in this tab."
+
+    def show_step(step_v, request: gr.Request):
+        sess = ctx.sessions.get(request)
+        run = sess.run_info.get("run")
+        if run is None or not run.steps:
+            raise gr.Error("no finished run to replay yet")
+        steps = run.steps
+        try:
+            k = int(step_v)
+        except (TypeError, ValueError):
+            raise gr.Error(f"step must be a whole number (got {step_v!r})") from None
+        if not 1 <= k <= len(steps):
+            raise gr.Error(f"step must be between 1 and {len(steps)}")
+        ev = steps[k - 1]
+        return {tree: run.tree_fig(ev), text: run.text(current=ev.step), step_json: run.data(ev),
+                status: f"Replaying step {ev.step} of {len(steps)}: {len(ev.new_token_ids)} new tokens."}
+
+    def pick_example(title):
+        for p in prompts:
+            if p["title"] == title:
+                return p["prompt"]
+        return gr.skip()
+
+    plan_outputs = [plan_md, tree, status, plan_json]
+    for slider in (budget, depth, temperature, top_p):
+        slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}",
+                       show_progress="hidden", trigger_mode="always_last", **LIGHT)
+    method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
+                  trigger_mode="always_last", **LIGHT)
+    hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
+                    trigger_mode="always_last", **LIGHT)
+    # the API entry point: same as the sliders
+    plan_btn = gr.Button("Re-plan", visible=False, elem_id="sq-replan")
+    plan_btn.click(replan, plan_inputs, plan_outputs, api_name="plan", show_progress="hidden", **LIGHT)
+
+    gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed]
+    gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
+    go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="hidden", **MODEL)
+    prompt.submit(generate, gen_inputs, gen_outputs, api_name="generate_on_enter", show_progress="hidden", **MODEL)
+    stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT)
+    replay.release(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
+                   **LIGHT)
+    example.change(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT)
+
+    return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
+            "temperature": temperature, "top_p": top_p, "max_new": max_new, "seed": seed, "tree": tree,
+            "status": status, "plan_json": plan_json, "first_plan": (first_plan, plan_inputs, plan_outputs)}
+
+
+def _progress_text(item: Progress) -> str:
+    pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
+    return f"⏳ {item.message}{pct}"
+
+
+def _run_status(ev: StepEvent, run: Run) -> str:
+    if ev.done:
+        why = {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
+               "context": "the context is full", "stopped": "stopped"}.get(ev.finish_reason, ev.finish_reason)
+        return (f"✅ Done ({why}): **{ev.total_tokens} tokens in {ev.total_steps} steps**, "
+                f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s "
+                f"with {run.label}. Drag *Replay a step* to look at any step.")
+    return f"▶ {run.label}: step {ev.step} · {ev.total_tokens} tokens · {ev.tokens_per_second:.1f} tokens/s"
+
+
+def _replay_update(n: int):
+    if n >= 2:
+        return gr.update(minimum=1, maximum=n, value=n, interactive=True, label=f"Replay a step (1–{n})")
+    return gr.update(interactive=False, label="Replay a step (after a run of 2 or more steps)")
+
+
+def _legend_html() -> str:
+    items = "".join(f'<span class="sq-chip"><span class="sq-dot" style="background:{plots.STATUS_COLORS[s]}"></span>'
+                    f'{render.esc(plots.STATUS_LABELS[s])}</span>' for s in plots.STATUS_COLORS)
+    return (f'<div class="sq-legend">{items}<span class="sq-chip sq-muted">thick green line = the accepted path · '
+            f'hover a node for its token, rank, draft q and target p</span></div>')
