@@ -204,7 +204,7 @@ class CheckEstimate:
 
 EXPLANATION = ("Greedy: the speculative output must equal the target's own greedy generate() token for token. "
                "Sampling: a test FAILs when its p-value is below {alpha:g}. If decoding is exact every p-value is "
-               "uniform on [0, 1], so a single test fails by chance once in {inv:,} runs ({tests} tests here: about "
+               "uniform on [0, 1], so a single test fails by chance once in {inv:,} runs ({tests} here: about "
                "one run in {family:,}); a FAIL at this level is strong evidence of a real difference (re-run with "
                "another seed to confirm). A PASS means no difference was detected with these samples: each line "
                "states the chi-square distance detected with 90% probability; smaller deviations can go unnoticed. "
@@ -245,7 +245,7 @@ class CheckReport:
     def explanation(self) -> str:
         alpha = float(self.config.get("alpha", ALPHA))
         tests = max(1, sum(1 for i in self.items if i.section == "sampling" and i.status != "skip"))
-        return EXPLANATION.format(alpha=alpha, inv=round(1 / alpha), tests=tests,
+        return EXPLANATION.format(alpha=alpha, inv=round(1 / alpha), tests=f"{tests} test{'s' if tests > 1 else ''}",
                                   family=max(1, round(1 / (1 - (1 - alpha) ** tests))))
 
     def summary(self) -> str:
@@ -349,6 +349,41 @@ def chi_square(groups: Sequence[tuple[dict, np.ndarray]], alpha: float = ALPHA,
     if df == 0:
         return ChiSquare(0.0, 0, None, used, 0, 0, None)
     return ChiSquare(stat, df, float(chi2.sf(stat, df)), used, bins, 0, detectable_distance(df, used, alpha))
+
+
+def pit_chi_square(groups: Sequence[tuple[dict, np.ndarray]], rng: np.random.Generator, alpha: float = ALPHA,
+                   max_bins: int = 10, per_bin: int = 10) -> ChiSquare:
+    """Goodness of fit for many small groups at once (each group: counts {token: n} against its own exact
+    distribution), by the randomised probability integral transform: order each group's vocabulary by
+    decreasing probability; a sample of token x becomes u drawn uniformly from [F(before x), F(x)].
+    Under exactness every u is Uniform(0, 1) whatever its group, so all samples pool into k equal bins
+    (k = samples / per_bin, between 2 and max_bins). Tests mass moved between likely and unlikely tokens."""
+    us, impossible = [], 0
+    for counts, probs in groups:
+        probs = np.asarray(probs, dtype=np.float64)
+        if not counts:
+            continue
+        order = np.argsort(-probs, kind="stable")
+        position = np.empty_like(order)
+        position[order] = np.arange(len(order))
+        cumulative = np.cumsum(probs[order])
+        for token, c in counts.items():
+            if probs[token] <= 0:
+                impossible += c
+                continue
+            hi = cumulative[position[token]]
+            lo = hi - probs[token]
+            us.extend((lo + rng.random(c) * (hi - lo)).tolist())
+    n = len(us) + impossible
+    if impossible:
+        return ChiSquare(math.inf, 0, 0.0, n, 0, impossible, None)
+    k = min(max_bins, n // per_bin)
+    if k < 2:
+        return ChiSquare(0.0, 0, None, n, 0, 0, None)
+    observed = np.bincount(np.minimum((np.array(us) * k).astype(int), k - 1), minlength=k)
+    expected = n / k
+    stat = float(((observed - expected) ** 2 / expected).sum())
+    return ChiSquare(stat, k - 1, float(chi2.sf(stat, k - 1)), n, k, 0, detectable_distance(k - 1, n, alpha))
 
 
 def detectable_distance(df: int, samples: int, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -640,18 +675,18 @@ class _Runner:
             self.check_stop()
             wanted = collections.Counter(a for rows in samples.values() for (p, a, acc, b) in rows
                                          if p == pi and b is not None)
-            tokens = [a for a, c in wanted.most_common(MAX_CONTINUATIONS) if c >= 2]
+            tokens = [a for a, _ in wanted.most_common(MAX_CONTINUATIONS)]
             first, nxt = _prefix_and_continuations(pair.target, prefix, tokens)
             first_logits.append(first)
             next_logits.append(nxt)
             self.advance(self.estimate.timings["prefix_seconds"], f"sampling: exact distributions for prefix {pi + 1}")
         for si, (temperature, top_p) in enumerate(cfg.sampling_settings):
             setting = f"T={temperature:g}" + (f" top-p={top_p:g}" if top_p < 1 else "")
-            for method in self.methods:
+            for mi, method in enumerate(self.methods):
                 rows = samples.get((si, method.name), [])
                 if not rows:
                     continue
-                boundary = 0
+                boundary = boundary_second = 0
                 groups_first, groups_second = [], []
                 for pi in range(len(prefixes)):
                     logits = first_logits[pi]
@@ -674,33 +709,40 @@ class _Runner:
                         probs_b = reference_distribution(logits_b, temperature, top_p)
                         for b in [b for b in counts_b if probs_b[b] <= 0]:
                             if _near_nucleus(b, logits_b, temperature, top_p, nucleus_tol):
-                                boundary += counts_b.pop(b)
+                                boundary_second += counts_b.pop(b)
                         groups_second.append((counts_b, probs_b.numpy()))
+                rng = np.random.default_rng([cfg.seed, si, mi])
                 accepted = sum(1 for r in rows if r[2])
                 self._add_test(f"{method.name} {setting} next token", chi_square(groups_first, cfg.alpha),
                                method.name, temperature, top_p, "next token", len(rows), accepted, boundary)
                 if method.uses_draft:
                     with_second = sum(1 for r in rows if r[3] is not None)
                     self._add_test(f"{method.name} {setting} after an accepted draft token",
-                                   chi_square(groups_second, cfg.alpha), method.name, temperature, top_p,
-                                   "after accepted draft token", with_second, accepted, 0)
+                                   pit_chi_square(groups_second, rng, cfg.alpha), method.name, temperature, top_p,
+                                   "after accepted draft token", with_second, accepted, boundary_second)
 
     def _add_test(self, name, result: ChiSquare, method, temperature, top_p, position, drawn, accepted, boundary):
         alpha = self.config.alpha
+        stats = result.to_dict()
+        if not math.isfinite(stats["statistic"]):
+            stats["statistic"] = None  # keep to_dict() strict JSON
         details = {"method": method, "temperature": temperature, "top_p": top_p, "position": position,
                    "samples_drawn": drawn, "first_token_accepted": accepted, "alpha": alpha,
-                   "nucleus_boundary_samples": boundary, **result.to_dict()}
+                   "nucleus_boundary_samples": boundary, **stats}
         if result.impossible:
             self.add("sampling", name, "fail", f"{result.impossible} sampled token(s) have probability 0 under the "
                      "target (e.g. outside the top-p nucleus): impossible for exact decoding", **details)
         elif result.pvalue is None:
-            self.add("sampling", name, "skip", f"not enough samples to test ({drawn} drawn, {result.samples} in "
-                     f"groups with two bins of expected count >= {MIN_EXPECTED:g}); raise --samples", **details)
+            need = (f"at least 20 needed" if position != "next token" else
+                    f"{result.samples} in groups with two bins of expected count >= {MIN_EXPECTED:g}")
+            self.add("sampling", name, "skip", f"not enough samples to test ({drawn} drawn, {need}); "
+                     "raise --samples", **details)
         else:
             ok = result.pvalue >= alpha
             msg = (f"p = {result.pvalue:.3g} {'>=' if ok else '<'} {alpha:g} (chi2 = {result.statistic:.1f}, "
-                   f"df {result.df}, {result.samples} samples); detects a chi-square distance >= "
-                   f"{result.detectable:.2g} with 90% probability")
+                   f"df {result.df}, {result.samples} samples"
+                   + ("" if position == "next token" else f" in {result.bins} probability-ordered bins")
+                   + f"); detects a chi-square distance >= {result.detectable:.2g} with 90% probability")
             if position == "next token" and drawn:
                 msg += f"; first token from the draft in {accepted}/{drawn} steps"
             self.add("sampling", name, "pass" if ok else "fail", msg, **details)
@@ -967,8 +1009,15 @@ def run_check(pair: ModelPair, config: CheckConfig | None = None, progress: Prog
     runner = _Runner(pair, config, report, progress, should_stop, est)
     try:
         for section in SECTIONS:
-            if section in config.sections:
+            if section not in config.sections:
+                continue
+            try:
                 getattr(runner, section)(prompts)
+            except (_Stopped, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # noqa: BLE001 - an engine error on this pair is a finding, not a crash
+                report.items.append(CheckItem(section, "error", "fail", f"the {section} check could not finish: "
+                                              f"{_error(exc)}", {"error": _error(exc)}))
     except _Stopped:
         report.stopped = True
     report.seconds = time.perf_counter() - start

@@ -59,6 +59,27 @@ def test_chi_square_groups_add_up_and_impossible_tokens_fail():
     assert check.chi_square([(collections.Counter({0: 3}), p)]).pvalue is None  # too few to form two bins
 
 
+def test_pit_chi_square_is_calibrated_and_pools_small_groups():
+    rng = np.random.default_rng(1)
+    vocab = 12
+    pvalues = []
+    for _ in range(300):  # many groups of 1-3 samples each, every group with its own distribution
+        groups = []
+        for _ in range(20):
+            probs = rng.dirichlet(np.full(vocab, 0.5))
+            groups.append((collections.Counter(rng.choice(vocab, size=rng.integers(1, 4), p=probs).tolist()), probs))
+        pvalues.append(check.pit_chi_square(groups, rng).pvalue)
+    assert 0.02 < np.mean(np.array(pvalues) < 0.1) < 0.2  # about 10 % below 0.1 when exact
+    # the same groups, sampled from a distorted distribution (mass pushed to unlikely tokens), fail
+    groups = []
+    for _ in range(60):
+        probs = rng.dirichlet(np.full(vocab, 0.5))
+        wrong = (probs + 0.15) / (probs + 0.15).sum()
+        groups.append((collections.Counter(rng.choice(vocab, size=2, p=wrong).tolist()), probs))
+    assert check.pit_chi_square(groups, rng).pvalue < 1e-3
+    assert check.pit_chi_square(groups[:5], rng).pvalue is None  # 10 samples: too few for two bins
+
+
 def test_detectable_distance_shrinks_with_samples():
     d100, d400 = check.detectable_distance(3, 100), check.detectable_distance(3, 400)
     assert d400 == pytest.approx(d100 / 4)
@@ -92,7 +113,7 @@ def test_correct_pair_passes(pair):
     assert counts["structure"]["fail"] == 0
     assert seen[1][0] == 0.0 and seen[1][1].startswith("estimated time")  # estimate before any work
     assert seen[-1][0] == 1.0 and all(0 <= f <= 1 for f, _ in seen)
-    data = json.loads(json.dumps(report.to_dict()))
+    data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert data["verdict"] == "PASS" and data["estimate"]["samples"] == 90
     assert report.summary().startswith("PASS")
 

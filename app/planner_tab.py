@@ -1,0 +1,193 @@
+"""Planner tab: the measurements behind a plan (acceptance vector, device profile), the DP
+table G(n, d), the predicted speedup, the chosen tree, and tree export/import."""
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+import gradio as gr
+
+from app import plots, render
+from app.live import LIGHT, MODEL, user_message
+from app.state import AppContext, read_tree_file, settings_from, spec_from
+from engine import planner
+from engine.errors import UserError
+from engine.plans import table_for
+from engine.tree import TreeError
+from engine.worker import NeedsMeasurement, Progress
+
+log = logging.getLogger(__name__)
+EXPORT_DIR = Path(tempfile.mkdtemp(prefix="sequoia-live-export-"))
+
+
+def build(ctx: AppContext, live: dict) -> dict:
+    gr.Markdown("Uses the **Live** tab's temperature, top-p, budget, depth and hardware-aware toggle. Every number "
+                "here is measured on the loaded pair and device, or read from the named cache file.",
+                elem_classes="sq-note-block")
+    info = gr.Markdown("", elem_id="sq-planner-info")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            acc_chart = gr.Plot(show_label=False, elem_id="sq-planner-acc")
+            acc_caption = gr.Markdown("")
+            measure = gr.Button("Measure on this pair (at this temperature / top-p)", elem_id="sq-measure")
+        with gr.Column():
+            heat = gr.Plot(show_label=False, elem_id="sq-heatmap")
+    with gr.Row(equal_height=False):
+        with gr.Column():
+            prof_chart = gr.Plot(show_label=False, elem_id="sq-profile")
+            prof_caption = gr.Markdown("")
+            profile = gr.Button("Profile this device", elem_id="sq-profile-btn")
+        with gr.Column():
+            speed = gr.Plot(show_label=False, elem_id="sq-speedup")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2):
+            chosen = gr.Plot(show_label=False, elem_id="sq-chosen")
+        with gr.Column(scale=1):
+            export = gr.DownloadButton("Export the chosen tree (JSON)", value=None, elem_id="sq-export")
+            upload = gr.File(label="Import a tree: JSON ({\"parents\": [...]}) or an original Sequoia growmap (.pt)",
+                             file_types=[".json", ".pt"], type="filepath", elem_id="sq-import")
+            import_status = gr.Markdown("")
+            planner_json = gr.JSON(label="Plan (raw)", visible=True)
+
+    settings_inputs = [live["method"], live["budget"], live["depth"], live["hardware"], live["temperature"],
+                       live["top_p"]]
+    outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json]
+
+    def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request | None = None) -> dict:
+        sess = ctx.sessions.get(request)
+        try:
+            settings = settings_from(temp_v, top_p_v)
+            spec = spec_from(method_v if method_v in ("sequoia", "tree") else "sequoia", budget_v, depth_v, hw_v, sess)
+        except (UserError, TreeError) as exc:
+            raise gr.Error(str(exc)) from None
+        out = {}
+        worker = ctx.worker
+        if worker.pair is None:
+            msg = "No model pair loaded yet (see the Models tab)."
+            empty = plots.empty_figure(msg, 260)
+            return {info: msg, acc_chart: empty, acc_caption: "", heat: empty, prof_chart: empty, prof_caption: "",
+                    speed: empty, chosen: empty, export: None, planner_json: {}}
+        T, top_p = settings.temperature, settings.top_p
+        vec = worker.cached_acceptance(T, top_p)
+        prof = worker.cached_profile()
+        # ---- acceptance vector
+        if vec is not None:
+            out[acc_chart] = plots.acceptance_figure(vec.probabilities, ci=vec.ci95, height=280,
+                                                     title=f"Acceptance vector at T={T:g}, top-p={top_p:g}")
+            out[acc_caption] = (f"**{vec.positions} positions** measured over {vec.prompts} prompts "
+                                f"({vec.sampler} sampler, width {vec.width}) in {vec.seconds:.1f} s on "
+                                f"{vec.measured_at} · P(no child accepted) = {vec.none:.3f} · "
+                                f"`{render.short_path(vec.source)}` · bars: ±95 % interval")
+        else:
+            out[acc_chart] = plots.empty_figure(f"No acceptance vector measured at T={T:g}, top-p={top_p:g}", 280)
+            out[acc_caption] = "Not measured for these settings yet: press **Measure**."
+        # ---- plan (exact vector, or the nearest one, said so)
+        try:
+            result = worker.quick_plan(spec, settings, allow_nearest=True)
+        except NeedsMeasurement as need:
+            result = None
+            out[info] = f"{need}."
+        plan_vec = result.acceptance if result is not None else None
+        if plan_vec is not None:
+            table = table_for(plan_vec.probabilities, ctx.max_budget, ctx.max_depth)
+            mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
+            out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, mark)
+        else:
+            out[heat] = plots.empty_figure("G(n, d) needs an acceptance vector", 300)
+        # ---- device profile and predicted speedup
+        if prof is not None:
+            out[prof_chart] = plots.profile_figure(prof)
+            t1 = prof.target_seconds.get(1)
+            d1 = prof.draft_seconds.get(1)
+            ratio = f"draft/target cost for one token: {d1 / t1:.2f}" if t1 and d1 else ""
+            out[prof_caption] = (f"{ratio} · overhead {prof.overhead_seconds * 1e3:.1f} ms/step · "
+                                 f"{prof.device}, {prof.dtype}, measured {prof.measured_at} · "
+                                 f"`{render.short_path(prof.source)}`")
+        else:
+            out[prof_chart] = plots.empty_figure("No device profile yet: press “Profile this device”", 280)
+            out[prof_caption] = "Not profiled yet on this device and dtype."
+        if prof is not None and plan_vec is not None:
+            table = table_for(plan_vec.probabilities, ctx.max_budget, ctx.max_depth)
+            choice = planner.choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
+                                          budgets=range(1, ctx.max_budget + 1), depths=range(1, ctx.max_depth + 1))
+            mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
+            out[speed] = plots.speedup_figure(choice.grid, mark)
+        else:
+            out[speed] = plots.empty_figure("Predicted speedup needs an acceptance vector and a device profile", 280)
+        # ---- chosen tree and export
+        if result is not None:
+            t = result.tree
+            out[chosen] = plots.plan_figure(t, plan_vec.probabilities if plan_vec is not None else None,
+                                            title=f"Chosen tree: {result.method.label}", height=420)
+            path = EXPORT_DIR / f"sequoia-tree-n{t.size}-d{t.depth}-{int(time.time() * 1000)}.json"
+            path.write_text(json.dumps({**t.to_dict(), "label": result.method.label,
+                                        "expected_tokens": result.expected_tokens,
+                                        "acceptance_note": result.acceptance_note}, indent=1))
+            out[export] = str(path)
+            out[planner_json] = result.summary()
+            out[info] = render.plan_line(result)
+        else:
+            out[chosen] = plots.empty_figure("No tree until a vector is measured", 420)
+            out[export] = None
+            out[planner_json] = {}
+        return out
+
+    def refresh(*args, request: gr.Request):
+        return view(*args, request=request)
+
+    def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+        try:
+            settings = settings_from(temp_v, top_p_v)
+            job = ctx.worker.measure(settings.temperature, settings.top_p, force=True)
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        yield from _follow(job, acc_caption, "measuring acceptance")
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
+
+    def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+        job = ctx.worker.profile(force=True)
+        yield from _follow(job, prof_caption, "profiling")
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
+
+    def import_tree(path, request: gr.Request):
+        sess = ctx.sessions.get(request)
+        if not path:
+            return {import_status: "No file."}
+        try:
+            tree = read_tree_file(path)
+        except (UserError, TreeError) as exc:
+            raise gr.Error(f"import failed: {exc}") from None
+        sess.imported, sess.imported_name = tree, Path(path).name
+        return {import_status: f"Imported **{render.esc(Path(path).name)}**: {tree.size} nodes, {tree.depth} levels "
+                               f"(widths {tree.level_widths}). The Live tab's method is now *Imported tree*.",
+                chosen: plots.plan_figure(tree, None, title=f"Imported tree: {tree.size} nodes, {tree.depth} levels"),
+                live["method"]: "tree",
+                planner_json: {"imported": Path(path).name, **tree.to_dict(), "levels": tree.level_widths}}
+
+    refresh_event = dict(show_progress="hidden", **LIGHT)
+    tab = live["planner_tab"]
+    tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
+    measure.click(run_measure, settings_inputs, outputs, api_name="measure", show_progress="hidden", **MODEL)
+    profile.click(run_profile, settings_inputs, outputs, api_name="profile", show_progress="hidden", **MODEL)
+    upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json], api_name="import_tree",
+                  show_progress="hidden", **LIGHT)
+    return {"refresh": (refresh, settings_inputs, outputs)}
+
+
+def _follow(job, caption, what: str):
+    """Stream a measuring job's progress into one caption; raise its error as a page message."""
+    try:
+        for item in job.stream():
+            if isinstance(item, Progress):
+                pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
+                yield {caption: f"⏳ {item.message}{pct}"}
+    except Exception as exc:  # noqa: BLE001
+        if not isinstance(exc, (UserError, TreeError)):
+            log.exception("%s failed", what)
+        yield {caption: f"❌ {user_message(exc)}"}
+        raise gr.Error(user_message(exc)) from None
+    if job.state == "stopped":
+        yield {caption: f"{what} stopped"}

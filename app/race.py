@@ -1,0 +1,220 @@
+"""Race tab: one prompt, seed and settings through several methods, one after another."""
+from __future__ import annotations
+
+import logging
+import time
+
+import gradio as gr
+
+from app import plots, render
+from app.live import MODEL, LIGHT, user_message
+from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
+from engine.errors import UserError
+from engine.tree import TreeError
+from engine.worker import LaneEvent, Note, Progress
+
+log = logging.getLogger(__name__)
+UPDATE_INTERVAL = 0.1  # at most 10 page updates per second while racing
+
+FAIRNESS = (
+    "**How the race is run.** All methods get the same prompt, seed and settings. They run **one after "
+    "another** in the single model worker — never two on the device at once, and no other job runs on the models "
+    "meanwhile (other requests wait in the queue). Planning, any acceptance/profile measurement and a short "
+    "**untimed warm-up** of every method happen before the first timed run. Each method starts from fresh "
+    "caches; its time is the engine's decoding time (draft + verify + bookkeeping, measured with device "
+    "synchronisation), the prompt's prefill excluded and reported apart. SpecInfer uses k = ⌊(n−1)/(d−1)⌋ chains "
+    "of d levels so it gets no more nodes than Sequoia; hardware-aware Sequoia treats n and d as upper bounds.")
+
+
+def _lane_html(order, lanes, running: str | None) -> str:
+    rows = []
+    for k, lane in enumerate(order):
+        info = lanes.get(lane, {})
+        color = plots.LANE_COLORS[k % len(plots.LANE_COLORS)]
+        ev = info.get("last")
+        if ev is None:
+            state = "running…" if lane == running else "waiting"
+            body = f'<span class="sq-placeholder">{state}</span>'
+            stats = ""
+        else:
+            body = render.esc(ev.text)
+            stats = (f"{ev.total_tokens} tokens · {ev.total_steps} steps · {ev.tokens_per_step:.2f} tok/step · "
+                     f"{ev.tokens_per_second:.1f} tok/s" + (" · done" if ev.done else " · running…"))
+        label = render.esc(info.get("label") or lane)
+        rows.append(f'<div class="sq-lane"><div class="sq-lane-head"><span class="sq-dot" style="background:{color}">'
+                    f'</span><b>{label}</b><span class="sq-lane-stats">{stats}</span></div>'
+                    f'<div class="sq-lane-text">{body}</div></div>')
+    return '<div class="sq-lanes">' + "".join(rows) + "</div>"
+
+
+def _table(order, lanes, greedy: bool):
+    ar = lanes.get(RACE_LABELS["ar"], {}).get("last")
+    headers = ["method", "tokens", "steps", "tokens/step", "tokens/s", "speedup vs AR", "prefill s"]
+    if greedy:
+        headers.append("same text as AR")
+    rows = []
+    for lane in order:
+        info = lanes.get(lane, {})
+        ev = info.get("last")
+        if ev is None:
+            continue
+        speed = (f"{ev.tokens_per_second / ar.tokens_per_second:.2f}×"
+                 if ar is not None and ar.done and ar.tokens_per_second > 0 else "—")
+        row = [info.get("label") or lane, ev.total_tokens, ev.total_steps, round(ev.tokens_per_step, 2),
+               round(ev.tokens_per_second, 1), speed, round(ev.prefill_seconds, 3)]
+        if greedy:
+            row.append("—" if ar is None or not ar.done else ("✔ identical" if ev.token_ids == ar.token_ids
+                                                               else "✘ differs"))
+        rows.append(row)
+    return {"headers": headers, "data": rows}
+
+
+def build(ctx: AppContext) -> dict:
+    prompts = ctx.prompts
+    gr.Markdown(FAIRNESS, elem_classes="sq-note-block")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=2):
+            prompt = gr.Textbox(label="Prompt", lines=3, value=prompts[1]["prompt"] if len(prompts) > 1 else
+                                (prompts[0]["prompt"] if prompts else ""), elem_id="sq-race-prompt")
+            methods = gr.CheckboxGroup(RACE_CHOICES, value=[v for _, v in RACE_CHOICES], label="Methods",
+                                       elem_id="sq-race-methods")
+        with gr.Column(scale=2):
+            with gr.Row():
+                budget = gr.Slider(1, ctx.max_budget, value=ctx.default_budget, step=1, label="Budget n")
+                depth = gr.Slider(1, ctx.max_depth, value=ctx.default_depth, step=1, label="Depth d")
+            with gr.Row():
+                temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
+                top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
+            with gr.Row():
+                max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens")
+                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed")
+            with gr.Row():
+                start = gr.Button("Start race", variant="primary", elem_id="sq-race-start")
+                stop = gr.Button("Stop", variant="stop", elem_id="sq-race-stop")
+    status = gr.Markdown("", elem_id="sq-race-status")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            lanes_html = gr.HTML(_lane_html([], {}, None), elem_id="sq-lanes")
+        with gr.Column(scale=2):
+            chart = gr.Plot(show_label=False, elem_id="sq-race-chart")
+    table = gr.Dataframe(label="Result", interactive=False, elem_id="sq-race-table")
+    verdict = gr.Markdown("", elem_id="sq-race-verdict")
+    with gr.Accordion("Raw data (what the API returns)", open=False):
+        race_json = gr.JSON(label="Race")
+
+    def race(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v, seed_v, request: gr.Request):
+        sess = ctx.sessions.get(request)
+        try:
+            if not isinstance(prompt_v, str) or not prompt_v.strip():
+                raise UserError("the prompt is empty")
+            if not methods_v:
+                raise UserError("pick at least one method for the race")
+            unknown = [m for m in methods_v if m not in RACE_LABELS]
+            if unknown:
+                raise UserError(f"unknown race method(s) {unknown} (use {', '.join(RACE_LABELS)})")
+            settings = settings_from(temp_v, top_p_v, max_new_v, seed_v)
+            specs = []
+            for m in [v for _, v in RACE_CHOICES if v in methods_v]:
+                if m == "sequoia-auto":
+                    specs.append((RACE_LABELS[m], spec_from("sequoia", budget_v, depth_v, True)))
+                else:
+                    specs.append((RACE_LABELS[m], spec_from(m, budget_v, depth_v)))
+            if sess.running:
+                raise UserError("a run is already going in this tab: press Stop first")
+            job = ctx.worker.race(prompt_v, specs, settings)
+        except (UserError, TreeError) as exc:
+            raise gr.Error(str(exc)) from None
+        sess.job = job
+        order = [lane for lane, _ in specs]
+        lanes: dict[str, dict] = {lane: {} for lane in order}
+        series: dict[str, list] = {lane: [] for lane in order}
+        running = None
+        last_push = 0.0
+        greedy = settings.greedy
+        yield {status: "⏳ waiting for the model worker…" if job.position else "⏳ planning…",
+               lanes_html: _lane_html(order, lanes, None), table: _table(order, lanes, greedy), verdict: "",
+               chart: plots.race_figure(series)}
+        try:
+            for item in job.stream():
+                if isinstance(item, Progress):
+                    yield {status: f"⏳ {item.message}" + (f" — {100 * item.fraction:.0f} %"
+                                                            if item.fraction is not None else "")}
+                elif isinstance(item, Note) and item.kind == "race":
+                    for lane, result in item.data:
+                        lanes[lane]["label"] = result.method.label
+                        lanes[lane]["expected"] = result.expected_tokens
+                    yield {lanes_html: _lane_html(order, lanes, None), status: "⏳ untimed warm-up…"}
+                elif isinstance(item, Note) and item.kind == "lane":
+                    running = item.data
+                    yield {status: f"▶ timing **{lanes[running].get('label', running)}** "
+                                   f"({order.index(running) + 1} of {len(order)})",
+                           lanes_html: _lane_html(order, lanes, running)}
+                elif isinstance(item, LaneEvent):
+                    ev = item.event
+                    lanes[item.lane]["last"] = ev
+                    series[item.lane].append((ev.total_seconds, ev.total_tokens))
+                    now = time.monotonic()
+                    if now - last_push >= UPDATE_INTERVAL or ev.done:
+                        last_push = now
+                        yield {lanes_html: _lane_html(order, lanes, running), chart: plots.race_figure(series),
+                               table: _table(order, lanes, greedy)}
+        except GeneratorExit:
+            job.stop()
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if not isinstance(exc, (UserError, TreeError)):
+                log.exception("race failed")
+            yield {status: f"❌ {user_message(exc)}"}
+            raise gr.Error(user_message(exc)) from None
+        finally:
+            if not job.done:
+                job.stop()
+        summary = _summary(order, lanes, greedy)
+        done_all = all(lanes[lane].get("last") is not None and lanes[lane]["last"].done for lane in order)
+        stopped = job.state == "stopped" or not done_all
+        yield {status: "⏹ Race stopped." if stopped else "✅ Race finished.",
+               lanes_html: _lane_html(order, lanes, None), chart: plots.race_figure(series),
+               table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
+
+    def stop_race(request: gr.Request):
+        sess = ctx.sessions.get(request)
+        if sess.running:
+            sess.job.stop()
+            return "⏹ stopping after the current step…"
+        return "Nothing is running in this tab."
+
+    inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed]
+    start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
+                show_progress="hidden", **MODEL)
+    stop.click(stop_race, None, status, api_name="stop_race", show_progress="hidden", **LIGHT)
+    return {}
+
+
+def _summary(order, lanes, greedy: bool) -> dict:
+    ar = lanes.get(RACE_LABELS["ar"], {}).get("last")
+    out = []
+    for lane in order:
+        ev = lanes[lane].get("last")
+        if ev is None:
+            continue
+        out.append({"lane": lane, "label": lanes[lane].get("label"), "text": ev.text, "tokens": ev.total_tokens,
+                    "steps": ev.total_steps, "tokens_per_step": ev.tokens_per_step,
+                    "tokens_per_second": ev.tokens_per_second, "seconds": ev.total_seconds,
+                    "prefill_seconds": ev.prefill_seconds, "finish_reason": ev.finish_reason,
+                    "predicted_tokens_per_step": lanes[lane].get("expected"),
+                    "speedup": (ev.tokens_per_second / ar.tokens_per_second
+                                if ar is not None and ar.tokens_per_second > 0 else None),
+                    "same_as_autoregressive": (ev.token_ids == ar.token_ids) if ar is not None else None})
+    identical = None
+    verdict = ""
+    if greedy and ar is not None:
+        identical = all(x["same_as_autoregressive"] for x in out)
+        verdict = ("✔ **Greedy check passed:** every method produced exactly the autoregressive text."
+                   if identical else "✘ **Greedy check failed:** some text differs from autoregressive — "
+                                     "that is a bug (or the race was stopped early).")
+    elif greedy:
+        verdict = "Add autoregressive to the race to check that every greedy text is identical to it."
+    else:
+        verdict = ("Sampling (T > 0): the texts differ between methods by design; each is an exact sample "
+                   "from the target's distribution.")
+    return {"greedy": greedy, "identical": identical, "lanes": out, "verdict": verdict}
