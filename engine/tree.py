@@ -178,6 +178,8 @@ class Tree:
 
     def truncated(self, max_depth: int) -> "Tree":
         """The same tree with every level at or beyond max_depth dropped."""
+        if self.depth <= max_depth:
+            return self  # keeps the cached masks: this runs every step
         keep = [i for i, d in enumerate(self.depth_of) if d < max_depth]
         return Tree(tuple(self.parents[i] for i in keep))
 
