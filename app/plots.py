@@ -133,9 +133,11 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
         return empty_figure("no tree in this step (the run ended here)", height)
     parents = tuple(event.tree_parents)
     pos = list(tree_layout(parents))
-    for n in nodes[len(parents):]:  # the bonus token: one column right of its parent
-        px, py = pos[n.parent]
-        pos.append((px + 1, py))
+    depth_max = max(x for x, _ in pos)
+    for n in nodes[len(parents):]:  # the bonus token: next column after its parent when that slot
+        px, py = pos[n.parent]      # is free (a leaf), else a column of its own right of the tree
+        pos.append((px + 1 if n.parent >= len(parents) or not any(p == n.parent for p in parents)
+                    else depth_max + 1, py))
     path = list(event.accepted_path)
     bonus = next((n for n in nodes if n.status == "bonus"), None)
     fig = go.Figure()
@@ -170,17 +172,18 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
                         symbol="diamond" if status == "bonus" else "circle"),
             hovertext=[_node_hover(n, parents, greedy, sampler) for n in group] if group else None,
             hoverinfo="text", cliponaxis=False, meta=status))
-    depth = max(x for x, _ in pos)
+    right = max(x for x, _ in pos)
     ys = [y for _, y in pos]
     pad = max(0.6, 0.04 * (max(ys) - min(ys)))
-    _hidden_axes(fig, (-0.3, depth + 0.95), (min(ys) - pad, max(ys) + pad))
+    _hidden_axes(fig, (-0.3, right + 0.95), (min(ys) - pad, max(ys) + pad))
     if title is None:
         accepted = len(path) - 1
+        new = len(event.new_token_ids)
+        cut = " (cut at max new tokens)" if new < accepted + (bonus is not None) and not event.finish_reason == "eos" else ""
         title = (f"Step {event.step}: {accepted} drafted token{'s' if accepted != 1 else ''} accepted"
-                 f"{' + 1 bonus' if bonus is not None else ''} = {len(event.new_token_ids)} new · "
-                 f"tree of {len(parents)} nodes, {max(x for x, _ in tree_layout(parents)) + 1:.0f} levels")
-    _base_layout(fig, height, title, showlegend=True,
-                 legend=dict(orientation="h", yanchor="top", y=-0.01, xanchor="left", x=0, font=dict(size=12)))
+                 f"{' + 1 bonus' if bonus is not None else ''} → {new} new{cut} · "
+                 f"tree of {len(parents)} nodes, {depth_max + 1:.0f} levels")
+    _base_layout(fig, height, title, showlegend=False)
     return fig
 
 
@@ -287,7 +290,7 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
     fig.update_xaxes(title_text="rank among siblings", dtick=1, gridcolor=GRID)
     fig.update_yaxes(title_text="P(rank accepted)", rangemode="tozero", gridcolor=GRID)
     return _base_layout(fig, height, title, barmode="group", bargap=0.25,
-                        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
+                        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0))
 
 
 # ---------------------------------------------------------------- planner charts

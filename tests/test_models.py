@@ -1,0 +1,81 @@
+"""Pair loading checks: the tree-mask probe, tokenizer comparison, devices, chat prompts."""
+import pytest
+import torch
+
+from engine.errors import UserError
+from engine.models import check_same_tokenizer, encode_prompt, probe_tree_mask, resolve_device, resolve_dtype
+from tests.tiny import make_model, make_tokenizer, tiny_pair
+
+
+class IgnoresMask(torch.nn.Module):
+    """A model family that silently drops custom masks (as some attention kernels do)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+
+    def forward(self, attention_mask=None, **kwargs):
+        return self.inner(**kwargs)
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    @property
+    def device(self):
+        return self.inner.device
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+
+class RefusesMask(IgnoresMask):
+    def forward(self, attention_mask=None, **kwargs):
+        if attention_mask is not None and attention_mask.dim() == 4:
+            raise ValueError("custom 4D attention masks are not supported")
+        return self.inner(**kwargs)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_probe_passes_for_families_that_honour_masks(family):
+    result = probe_tree_mask(make_model(family, 31, seed=0), family)
+    assert result["passed"] and result["max_error"] < 1e-3 < result["mask_effect"]
+
+
+def test_probe_refuses_a_model_that_ignores_the_mask():
+    with pytest.raises(UserError, match="ignores custom 4-D attention masks"):
+        probe_tree_mask(IgnoresMask(make_model("llama", 31, seed=0)), "ignorer")
+
+
+def test_probe_refuses_a_model_that_rejects_the_mask():
+    with pytest.raises(UserError, match="cannot run a forward with a custom 4-D attention mask"):
+        probe_tree_mask(RefusesMask(make_model("llama", 31, seed=0)), "refuser")
+
+
+def test_tokenizer_comparison():
+    check_same_tokenizer(make_tokenizer("abc"), make_tokenizer("abc"), "a", "b")
+    with pytest.raises(UserError, match="tokenizers differ"):
+        check_same_tokenizer(make_tokenizer("abc"), make_tokenizer("abd"), "a", "b")
+
+
+def test_device_and_dtype_choices():
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
+    assert resolve_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    with pytest.raises(UserError):
+        resolve_device("tpu")
+    with pytest.raises(UserError):
+        resolve_dtype("int3", torch.device("cpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="no CUDA"):
+            resolve_device("cuda")
+
+
+def test_prompts_and_chat_mode():
+    pair = tiny_pair("llama")
+    assert encode_prompt(pair, "abc", chat=False) == [1, 2, 3]
+    for bad in ("", "   \n"):
+        with pytest.raises(UserError, match="empty"):
+            encode_prompt(pair, bad)
+    with pytest.raises(UserError, match="chat template"):
+        encode_prompt(pair, "abc", chat=True)  # the tiny tokenizer has none
