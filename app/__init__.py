@@ -31,7 +31,7 @@ def create_app(draft: str = "default", target: str = "default", device: str | No
 def theme():
     import gradio as gr
     # system fonts only: the page must work with no internet
-    return gr.themes.Soft(primary_hue="indigo", neutral_hue="slate",
+    return gr.themes.Default(primary_hue="indigo", neutral_hue="slate",
                           font=["ui-sans-serif", "system-ui", "sans-serif"],
                           font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "monospace"])
 

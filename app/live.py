@@ -66,12 +66,12 @@ class Run:
         if vec is None or (not self.plan.exact):
             if self.plan.tree.size == 1:
                 return 1.0, "autoregressive"
-            return None, "no acceptance vector measured for these settings"
+            return None, "no vector measured for these settings"
         acc = tuple(vec.probabilities)
         if not steps:
-            return self.plan.expected_tokens, f"G for the plan · {vec.positions} positions measured"
+            return self.plan.expected_tokens, f"G(n, d) of the plan"
         value = sum(_expected(tuple(e.tree_parents), acc) for e in steps) / len(steps)
-        return value, f"F(tree) under the vector measured at T={vec.temperature:g} ({vec.positions} positions)"
+        return value, f"from the vector measured at T={vec.temperature:g}"
 
     def tree_fig(self, ev):
         return plots.tree_figure(ev, greedy=self.greedy, sampler=self.sampler)
@@ -113,29 +113,31 @@ def build(ctx: AppContext, header: dict) -> dict:
                                 elem_id="sq-prompt")
             example = gr.Dropdown(choices=[p["title"] for p in prompts], value=None, label="Example prompts",
                                   elem_id="sq-example")
-            method = gr.Radio(METHOD_CHOICES, value="sequoia", label="Method", elem_id="sq-method")
-            hardware = gr.Checkbox(value=False, label="Hardware-aware: the planner picks n ≤ budget and d ≤ depth "
-                                                      "from this device's profile", elem_id="sq-hw")
+            method = gr.Dropdown(METHOD_CHOICES, value="sequoia", label="Method", elem_id="sq-method")
+            hardware = gr.Checkbox(value=False, label="Hardware-aware (planner picks n ≤ budget, d ≤ depth from "
+                                                      "the device profile)", elem_id="sq-hw")
             budget = gr.Slider(1, ctx.max_budget, value=ctx.default_budget, step=1,
                                label="Tree budget n (nodes, root included)", elem_id="sq-budget")
             depth = gr.Slider(1, ctx.max_depth, value=ctx.default_depth, step=1,
                               label="Depth d (levels, root included)", elem_id="sq-depth")
-            temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
-                                    elem_id="sq-temperature")
-            top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id="sq-top-p")
             with gr.Row():
-                max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens", elem_id="sq-max-new")
-                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="sq-seed")
+                temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+                                        elem_id="sq-temperature", min_width=120)
+                top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id="sq-top-p", min_width=120)
             with gr.Row():
-                go = gr.Button("Generate", variant="primary", elem_id="sq-generate")
-                stop = gr.Button("Stop", variant="stop", elem_id="sq-stop")
+                max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens", elem_id="sq-max-new",
+                                    min_width=100)
+                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="sq-seed", min_width=100)
+            with gr.Row():
+                go = gr.Button("Generate", variant="primary", elem_id="sq-generate", min_width=100)
+                stop = gr.Button("Stop", variant="stop", elem_id="sq-stop", min_width=100)
         with gr.Column(scale=3, min_width=600):
             status = gr.Markdown("Ready. Press **Generate**; move the budget or temperature to re-plan.",
                                  elem_id="sq-live-status")
+            gr.HTML(_legend_html(), elem_id="sq-legend")
             tree = gr.Plot(show_label=False, elem_id="sq-tree")
             replay = gr.Slider(1, 2, value=1, step=1, label="Replay a step (after a run)", interactive=False,
                                elem_id="sq-replay")
-            gr.HTML(_legend_html(), elem_id="sq-legend")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3, min_width=500):
             text = gr.HTML(render.text_html([], placeholder="The generated text appears here, one shade per step."),
@@ -251,6 +253,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                         out[acc] = run.acc_fig()
                         last_acc = now
                     if item.done:
+                        out[plan_md] = render.plan_line(sess.plan, False)
                         steps = run.steps
                         if steps and not item.nodes:
                             out[tree] = run.tree_fig(steps[-1])
@@ -314,7 +317,6 @@ def build(ctx: AppContext, header: dict) -> dict:
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
     go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="hidden", **MODEL)
-    prompt.submit(generate, gen_inputs, gen_outputs, api_name="generate_on_enter", show_progress="hidden", **MODEL)
     stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT)
     replay.release(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                    **LIGHT)

@@ -136,8 +136,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     depth_max = max(x for x, _ in pos)
     for n in nodes[len(parents):]:  # the bonus token: next column after its parent when that slot
         px, py = pos[n.parent]      # is free (a leaf), else a column of its own right of the tree
-        pos.append((px + 1 if n.parent >= len(parents) or not any(p == n.parent for p in parents)
-                    else depth_max + 1, py))
+        pos.append((depth_max + 1 if n.parent in parents else px + 1, py))
     path = list(event.accepted_path)
     bonus = next((n for n in nodes if n.status == "bonus"), None)
     fig = go.Figure()

@@ -74,7 +74,7 @@ def text_html(events, current_step: int | None = None, placeholder: str = "") ->
         spans.append(step_span(ev, current=ev.step == current_step))
         shown = ev.text
     body = "".join(spans) or f'<span class="sq-placeholder">{esc(placeholder)}</span>'
-    legend = ('<div class="sq-text-legend"><span class="sq-step sq-s0">one shade</span>'
+    legend = ('<div class="sq-text-legend"><span class="sq-step sq-s0">one shade</span> '
               '<span class="sq-step sq-s1">per step</span> · <span class="sq-bonus">bonus token</span> '
               'underlined (the target\'s own token after the accepted guesses) · hover a span for its step</div>')
     return f'<div class="sq-text-wrap">{legend}<div class="sq-text">{body}</div></div>'

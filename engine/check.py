@@ -305,18 +305,21 @@ class ChiSquare:
     bins: int
     impossible: int           # samples of tokens with probability 0 (p-value forced to 0)
     detectable: float | None  # chi-square distance detected with POWER at alpha
+    pit_samples: int = 0      # of `samples`, those pooled by the probability integral transform
+    pit_bins: int = 0         # of `bins`, the probability-ordered ones
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def chi_square(groups: Sequence[tuple[dict, np.ndarray]], alpha: float = ALPHA,
-               min_expected: float = MIN_EXPECTED) -> ChiSquare:
+               min_expected: float = MIN_EXPECTED, leftovers: list | None = None) -> ChiSquare:
     """Goodness of fit of several independent groups of samples, each against its own exact
     distribution: groups are (counts {token: n}, probabilities over the vocabulary).
 
     Per group: one bin per token expected >= min_expected times, the tail in an "other" bin (merged
-    into the smallest bin when it expects fewer); statistics and degrees of freedom add up."""
+    into the smallest bin when it expects fewer); statistics and degrees of freedom add up. Groups too
+    small for two such bins are skipped (appended to `leftovers` when given)."""
     stat, df, used, bins, impossible = 0.0, 0, 0, 0, 0
     for counts, probs in groups:
         probs = np.asarray(probs, dtype=np.float64)
@@ -338,6 +341,8 @@ def chi_square(groups: Sequence[tuple[dict, np.ndarray]], alpha: float = ALPHA,
             expected[-1] += rest_expected
             observed[-1] += rest_observed
         if len(expected) < 2 or min(expected) < min_expected:
+            if leftovers is not None:
+                leftovers.append((counts, probs))
             continue
         e, o = np.array(expected), np.array(observed)
         stat += float(((o - e) ** 2 / e).sum())
@@ -384,6 +389,30 @@ def pit_chi_square(groups: Sequence[tuple[dict, np.ndarray]], rng: np.random.Gen
     expected = n / k
     stat = float(((observed - expected) ** 2 / expected).sum())
     return ChiSquare(stat, k - 1, float(chi2.sf(stat, k - 1)), n, k, 0, detectable_distance(k - 1, n, alpha))
+
+
+def sample_test(groups: Sequence[tuple[dict, np.ndarray]], rng: np.random.Generator,
+                alpha: float = ALPHA) -> ChiSquare:
+    """Per-token bins for the groups large enough (chi_square), the randomised PIT (pit_chi_square)
+    for the samples of all the other groups together; the two statistics cover disjoint samples, so
+    they add up into one chi-square test."""
+    leftovers: list = []
+    tokens = chi_square(groups, alpha, leftovers=leftovers)
+    if tokens.impossible:
+        return tokens
+    pit = pit_chi_square(leftovers, rng, alpha)
+    if pit.impossible:
+        return pit
+    parts = [r for r in (tokens, pit) if r.pvalue is not None]
+    samples = sum(r.samples for r in parts)
+    df = sum(r.df for r in parts)
+    if df == 0:
+        return ChiSquare(0.0, 0, None, tokens.samples + pit.samples, 0, 0, None)
+    stat = sum(r.statistic for r in parts)
+    pit_used = pit.pvalue is not None
+    return ChiSquare(stat, df, float(chi2.sf(stat, df)), samples, sum(r.bins for r in parts), 0,
+                     detectable_distance(df, samples, alpha), pit.samples if pit_used else 0,
+                     pit.bins if pit_used else 0)
 
 
 def detectable_distance(df: int, samples: int, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -713,12 +742,12 @@ class _Runner:
                         groups_second.append((counts_b, probs_b.numpy()))
                 rng = np.random.default_rng([cfg.seed, si, mi])
                 accepted = sum(1 for r in rows if r[2])
-                self._add_test(f"{method.name} {setting} next token", chi_square(groups_first, cfg.alpha),
+                self._add_test(f"{method.name} {setting} next token", sample_test(groups_first, rng, cfg.alpha),
                                method.name, temperature, top_p, "next token", len(rows), accepted, boundary)
                 if method.uses_draft:
                     with_second = sum(1 for r in rows if r[3] is not None)
                     self._add_test(f"{method.name} {setting} after an accepted draft token",
-                                   pit_chi_square(groups_second, rng, cfg.alpha), method.name, temperature, top_p,
+                                   sample_test(groups_second, rng, cfg.alpha), method.name, temperature, top_p,
                                    "after accepted draft token", with_second, accepted, boundary_second)
 
     def _add_test(self, name, result: ChiSquare, method, temperature, top_p, position, drawn, accepted, boundary):
@@ -733,15 +762,13 @@ class _Runner:
             self.add("sampling", name, "fail", f"{result.impossible} sampled token(s) have probability 0 under the "
                      "target (e.g. outside the top-p nucleus): impossible for exact decoding", **details)
         elif result.pvalue is None:
-            need = (f"at least 20 needed" if position != "next token" else
-                    f"{result.samples} in groups with two bins of expected count >= {MIN_EXPECTED:g}")
-            self.add("sampling", name, "skip", f"not enough samples to test ({drawn} drawn, {need}); "
-                     "raise --samples", **details)
+            self.add("sampling", name, "skip", f"not enough samples to test ({drawn} drawn; a test needs two "
+                     f"bins of expected count >= {MIN_EXPECTED:g}, or 20 samples to pool); raise --samples", **details)
         else:
             ok = result.pvalue >= alpha
             msg = (f"p = {result.pvalue:.3g} {'>=' if ok else '<'} {alpha:g} (chi2 = {result.statistic:.1f}, "
-                   f"df {result.df}, {result.samples} samples"
-                   + ("" if position == "next token" else f" in {result.bins} probability-ordered bins")
+                   f"df {result.df}, {result.samples} samples in {result.bins - result.pit_bins} token bins"
+                   + (f" + {result.pit_bins} probability-ordered bins" if result.pit_bins else "")
                    + f"); detects a chi-square distance >= {result.detectable:.2g} with 90% probability")
             if position == "next token" and drawn:
                 msg += f"; first token from the draft in {accepted}/{drawn} steps"

@@ -1,0 +1,50 @@
+"""Acceptance vectors and device profiles measured on a live (tiny) pair, and their caches."""
+import pytest
+
+from engine import plans, profiler
+from engine.settings import Settings
+from tests.tiny import tiny_pair
+
+PROMPTS = ["hello world", "the cat sat"]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_draft_equal_to_target_accepts_rank_one(temperature):
+    pair = tiny_pair("llama", noise=0.0)  # the draft is an exact copy of the target
+    vec = profiler.measure_acceptance(pair, PROMPTS, temperature, width=4, tokens_per_prompt=16)
+    assert vec.positions >= 12  # each step yields 2 tokens here
+    assert vec.probabilities[0] > 0.99 and vec.none < 0.01
+
+
+def test_vector_is_measured_once_then_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama")
+    assert profiler.cached_acceptance(pair, 0.7, 0.9, width=8) is None
+    vec = profiler.acceptance_vector(pair, 0.7, 0.9, width=8, prompts=PROMPTS, tokens_per_prompt=12)
+    assert vec.sampler == "sequoia" and vec.temperature == 0.7 and vec.top_p == 0.9 and vec.width == 8
+    assert abs(sum(vec.probabilities) + vec.none - 1) < 1e-9 and len(vec.ci95) == 8
+    again = profiler.cached_acceptance(pair, 0.7, 0.9, width=8)
+    assert again.probabilities == vec.probabilities and again.source.startswith(str(tmp_path))
+    # other settings are a different entry: never reused for a temperature it was not measured at
+    assert profiler.cached_acceptance(pair, 0.8, 0.9, width=8) is None
+    assert profiler.acceptance_vector(pair, 0.8, 0.9, width=8, measure=False) is None
+
+
+def test_dp_plan_uses_the_measured_vector(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama")
+    plan = plans.dp_plan(pair, Settings(temperature=0.0), 12, 5, prompts=PROMPTS, tokens_per_prompt=12)
+    assert plan.tree.size == 12 and plan.tree.depth <= 5
+    assert abs(plan.expected_tokens - plan.tree.expected_tokens(plan.acceptance.probabilities)) < 1e-9
+
+
+def test_device_profile_is_measured_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama")
+    prof = profiler.device_profile(pair, max_budget=8, repeats=2, prefix_tokens=16)
+    assert sorted(prof.target_seconds) == [1, 2, 4, 8] == sorted(prof.draft_seconds)
+    assert all(t > 0 for t in prof.target_seconds.values()) and prof.overhead_seconds >= 0
+    assert profiler.cached_profile(pair).target_seconds == prof.target_seconds
+    plan = plans.auto_plan(pair, Settings(temperature=0.0), max_budget=8, max_depth=4, prompts=PROMPTS,
+                           tokens_per_prompt=12)
+    assert plan.choice is not None and 1 <= plan.tree.size <= 8 and plan.choice.predicted_speedup > 0
