@@ -165,21 +165,21 @@ def build(ctx: AppContext, header: dict) -> dict:
         try:
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True)
         except NeedsMeasurement as need:
-            yield {status: f"⏳ {need} — measuring now (the plan follows)…"}
+            yield {status: f"… {need} — measuring now (the plan follows)…"}
             job = ctx.worker.plan(spec, settings)
             try:
                 for item in job.stream():
                     if isinstance(item, Progress):
                         yield {status: _progress_text(item)}
             except Exception as exc:  # noqa: BLE001
-                yield {status: f"❌ {user_message(exc)}"}
+                yield {status: f"✗ {user_message(exc)}"}
                 raise gr.Error(user_message(exc)) from None
             if job.result is None:
                 yield {status: "Measurement stopped; plan unchanged."}
                 return
             result = job.result
         except (UserError, TreeError) as exc:
-            yield {status: f"⚠️ {exc}"}
+            yield {status: f"! {exc}"}
             raise gr.Error(str(exc)) from None
         sess.plan = result
         sess.publish(spec.kind, result.tree)
@@ -229,8 +229,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess.run_info = {"run": run}
         last_fig = last_acc = 0.0
         ahead = job.position
-        yield {status: f"⏳ waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
-               else "⏳ starting…", replay: gr.update(interactive=False),
+        yield {status: f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
+               else "… starting…", replay: gr.update(interactive=False),
                text: render.text_html([], placeholder="…")}
         try:
             for item in job.stream():
@@ -240,7 +240,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                     run.plan = item.data
                     sess.plan = item.data
                     yield {plan_md: render.plan_line(item.data, True), plan_json: item.data.summary(),
-                           status: f"▶ running **{item.data.method.label}**…"}
+                           status: f"● running **{item.data.method.label}**…"}
                 elif isinstance(item, StepEvent):
                     run.events.append(item)
                     out = {text: run.text(), metrics: run.metrics(), step_json: run.data(item),
@@ -265,7 +265,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message
             if not isinstance(exc, (UserError, TreeError)):
                 log.exception("generate failed")
-            yield {status: f"❌ {user_message(exc)}", replay: _replay_update(len(run.steps))}
+            yield {status: f"✗ {user_message(exc)}", replay: _replay_update(len(run.steps))}
             raise gr.Error(user_message(exc)) from None
         finally:
             if not job.done:
@@ -277,7 +277,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess = ctx.sessions.get(request)
         if sess.running:
             sess.job.stop()
-            return "⏹ stopping after the current step…"
+            return "■ stopping after the current step…"
         return "Nothing is running in this tab."
 
     def show_step(step_v, request: gr.Request):
@@ -329,17 +329,17 @@ def build(ctx: AppContext, header: dict) -> dict:
 
 def _progress_text(item: Progress) -> str:
     pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
-    return f"⏳ {item.message}{pct}"
+    return f"… {item.message}{pct}"
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:
     if ev.done:
         why = {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
                "context": "the context is full", "stopped": "stopped"}.get(ev.finish_reason, ev.finish_reason)
-        return (f"✅ Done ({why}): **{ev.total_tokens} tokens in {ev.total_steps} steps**, "
+        return (f"✓ Done ({why}): **{ev.total_tokens} tokens in {ev.total_steps} steps**, "
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s "
                 f"with {run.label}. Drag *Replay a step* to look at any step.")
-    return f"▶ {run.label}: step {ev.step} · {ev.total_tokens} tokens · {ev.tokens_per_second:.1f} tokens/s"
+    return f"● {run.label}: step {ev.step} · {ev.total_tokens} tokens · {ev.tokens_per_second:.1f} tokens/s"
 
 
 def _replay_update(n: int):

@@ -71,23 +71,23 @@ def build(ctx: AppContext, defaults: dict) -> dict:
             raise gr.Error("give both a draft and a target (an id, a folder, or 'default')")
         job = ctx.worker.load(draft_v, target_v, device_v or None, dtype_v or None)
         ahead = job.position
-        yield {status: f"⏳ waiting for {ahead} job(s) to finish first…" if ahead else "⏳ loading…"}
+        yield {status: f"… waiting for {ahead} job(s) to finish first…" if ahead else "… loading…"}
         try:
             for item in job.stream():
                 if isinstance(item, Progress):
                     pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
-                    yield {status: f"⏳ {item.message}{pct}"}
+                    yield {status: f"… {item.message}{pct}"}
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, (UserError, TreeError)):
                 log.exception("loading failed")
             still = ctx.worker.describe()
             keep = (f" The pair in use is still `{still['draft']}` → `{still['target']}`." if still
                     else " No pair is loaded now.")
-            yield {status: f"❌ {user_message(exc)}{keep}", info: pair_markdown(still),
+            yield {status: f"✗ {user_message(exc)}{keep}", info: pair_markdown(still),
                    memory: memory_markdown(ctx.worker.memory())}
             raise gr.Error(user_message(exc)) from None
         desc = job.result
-        yield {status: f"✅ Loaded `{desc['draft']}` → `{desc['target']}` on {desc['device']} ({desc['dtype']}).",
+        yield {status: f"✓ Loaded `{desc['draft']}` → `{desc['target']}` on {desc['device']} ({desc['dtype']}).",
                info: pair_markdown(desc), memory: memory_markdown(ctx.worker.memory()), pair_json: desc}
 
     def show_memory():

@@ -183,11 +183,11 @@ def _follow(job, caption, what: str):
         for item in job.stream():
             if isinstance(item, Progress):
                 pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
-                yield {caption: f"⏳ {item.message}{pct}"}
+                yield {caption: f"… {item.message}{pct}"}
     except Exception as exc:  # noqa: BLE001
         if not isinstance(exc, (UserError, TreeError)):
             log.exception("%s failed", what)
-        yield {caption: f"❌ {user_message(exc)}"}
+        yield {caption: f"✗ {user_message(exc)}"}
         raise gr.Error(user_message(exc)) from None
     if job.state == "stopped":
         yield {caption: f"{what} stopped"}

@@ -111,8 +111,8 @@ def _node_hover(node, parents, greedy: bool | None, sampler: str) -> str:
     else:
         test = ""
     verdict = {
-        "accepted": "✔ accepted",
-        "rejected": "✘ rejected",
+        "accepted": "✓ accepted",
+        "rejected": "✗ rejected",
         "unreached": "never checked: an ancestor was rejected",
         "bonus": ("bonus: the target's own most likely token" if greedy
                   else "bonus: drawn from the target's (residual) distribution"),
@@ -162,10 +162,13 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
         group = [n for n in nodes if n.status == status]
         labels = [show_token(n.text) if (not crowded or n.index in on_path or n.status == "bonus") else ""
                   for n in group]
+        on_top = status in ("accepted", "root", "bonus")  # the thick path would hide a label on the right
         fig.add_trace(go.Scatter(
             x=[pos[n.index][0] for n in group] or [None], y=[pos[n.index][1] for n in group] or [None],
             mode="markers+text", name=STATUS_LABELS[status], text=labels if group else None,
-            textposition="middle right", textfont=dict(size=12 if not crowded else 11),
+            textposition="top center" if on_top else "middle right",
+            textfont=dict(size=13 if on_top else (12 if not crowded else 11),
+                          color=STATUS_COLORS[status] if on_top else FONT),
             marker=dict(color=STATUS_COLORS[status], size=size if status != "root" else size + 4,
                         line=dict(color="rgba(255,255,255,0.9)", width=1.5),
                         symbol="diamond" if status == "bonus" else "circle"),

@@ -63,8 +63,8 @@ def _table(order, lanes, greedy: bool):
         row = [info.get("label") or lane, ev.total_tokens, ev.total_steps, round(ev.tokens_per_step, 2),
                round(ev.tokens_per_second, 1), speed, round(ev.prefill_seconds, 3)]
         if greedy:
-            row.append("—" if ar is None or not ar.done else ("✔ identical" if ev.token_ids == ar.token_ids
-                                                               else "✘ differs"))
+            row.append("—" if ar is None or not ar.done else ("✓ identical" if ev.token_ids == ar.token_ids
+                                                               else "✗ differs"))
         rows.append(row)
     return {"headers": headers, "data": rows}
 
@@ -131,22 +131,22 @@ def build(ctx: AppContext) -> dict:
         running = None
         last_push = 0.0
         greedy = settings.greedy
-        yield {status: "⏳ waiting for the model worker…" if job.position else "⏳ planning…",
+        yield {status: "… waiting for the model worker…" if job.position else "… planning…",
                lanes_html: _lane_html(order, lanes, None), table: _table(order, lanes, greedy), verdict: "",
                chart: plots.race_figure(series)}
         try:
             for item in job.stream():
                 if isinstance(item, Progress):
-                    yield {status: f"⏳ {item.message}" + (f" — {100 * item.fraction:.0f} %"
+                    yield {status: f"… {item.message}" + (f" — {100 * item.fraction:.0f} %"
                                                             if item.fraction is not None else "")}
                 elif isinstance(item, Note) and item.kind == "race":
                     for lane, result in item.data:
                         lanes[lane]["label"] = result.method.label
                         lanes[lane]["expected"] = result.expected_tokens
-                    yield {lanes_html: _lane_html(order, lanes, None), status: "⏳ untimed warm-up…"}
+                    yield {lanes_html: _lane_html(order, lanes, None), status: "… untimed warm-up…"}
                 elif isinstance(item, Note) and item.kind == "lane":
                     running = item.data
-                    yield {status: f"▶ timing **{lanes[running].get('label', running)}** "
+                    yield {status: f"● timing **{lanes[running].get('label', running)}** "
                                    f"({order.index(running) + 1} of {len(order)})",
                            lanes_html: _lane_html(order, lanes, running)}
                 elif isinstance(item, LaneEvent):
@@ -164,7 +164,7 @@ def build(ctx: AppContext) -> dict:
         except Exception as exc:  # noqa: BLE001
             if not isinstance(exc, (UserError, TreeError)):
                 log.exception("race failed")
-            yield {status: f"❌ {user_message(exc)}"}
+            yield {status: f"✗ {user_message(exc)}"}
             raise gr.Error(user_message(exc)) from None
         finally:
             if not job.done:
@@ -172,7 +172,7 @@ def build(ctx: AppContext) -> dict:
         summary = _summary(order, lanes, greedy)
         done_all = all(lanes[lane].get("last") is not None and lanes[lane]["last"].done for lane in order)
         stopped = job.state == "stopped" or not done_all
-        yield {status: "⏹ Race stopped." if stopped else "✅ Race finished.",
+        yield {status: "■ Race stopped." if stopped else "✓ Race finished.",
                lanes_html: _lane_html(order, lanes, None), chart: plots.race_figure(series),
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
@@ -180,7 +180,7 @@ def build(ctx: AppContext) -> dict:
         sess = ctx.sessions.get(request)
         if sess.running:
             sess.job.stop()
-            return "⏹ stopping after the current step…"
+            return "■ stopping after the current step…"
         return "Nothing is running in this tab."
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed]
@@ -209,8 +209,8 @@ def _summary(order, lanes, greedy: bool) -> dict:
     verdict = ""
     if greedy and ar is not None:
         identical = all(x["same_as_autoregressive"] for x in out)
-        verdict = ("✔ **Greedy check passed:** every method produced exactly the autoregressive text."
-                   if identical else "✘ **Greedy check failed:** some text differs from autoregressive — "
+        verdict = ("✓ **Greedy check passed:** every method produced exactly the autoregressive text."
+                   if identical else "✗ **Greedy check failed:** some text differs from autoregressive — "
                                      "that is a bug (or the race was stopped early).")
     elif greedy:
         verdict = "Add autoregressive to the race to check that every greedy text is identical to it."

@@ -767,9 +767,7 @@ class _Runner:
         else:
             ok = result.pvalue >= alpha
             msg = (f"p = {result.pvalue:.3g} {'>=' if ok else '<'} {alpha:g} (chi2 = {result.statistic:.1f}, "
-                   f"df {result.df}, {result.samples} samples in {result.bins - result.pit_bins} token bins"
-                   + (f" + {result.pit_bins} probability-ordered bins" if result.pit_bins else "")
-                   + f"); detects a chi-square distance >= {result.detectable:.2g} with 90% probability")
+                   f"df {result.df}, {result.samples} samples in " + _bins_text(result) + "); detects a chi-square distance >= {result.detectable:.2g} with 90% probability")
             if position == "next token" and drawn:
                 msg += f"; first token from the draft in {accepted}/{drawn} steps"
             self.add("sampling", name, "pass" if ok else "fail", msg, **details)
@@ -913,6 +911,15 @@ class _Runner:
 
 class _CommitMismatch(Exception):
     pass
+
+
+def _bins_text(result: ChiSquare) -> str:
+    parts = []
+    if result.bins - result.pit_bins:
+        parts.append(f"{result.bins - result.pit_bins} token bins")
+    if result.pit_bins:
+        parts.append(f"{result.pit_bins} probability-ordered bins")
+    return " + ".join(parts)
 
 
 def _error(exc: Exception) -> str:

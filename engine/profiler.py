@@ -69,13 +69,14 @@ def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: flo
 def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, top_p: float = 1.0,
                        sampler: str = "sequoia", width: int = 16, tokens_per_prompt: int = 48,
                        seed: int = 0, chat: bool | None = None, progress: Progress | None = None,
-                       should_stop: Callable[[], bool] = lambda: False) -> AcceptanceVector:
+                       should_stop: Callable[[], bool] = lambda: False, ignore_eos: bool = False) -> AcceptanceVector:
     """On-policy: decode with a star tree (root + `width` children) under the sampler that
     decoding will use and count which rank got accepted. The text produced is exact target
     sampling, so the positions are the ones real decoding visits."""
     if not 1 <= width <= 64:
         raise UserError(f"width must be between 1 and 64 (got {width})")
-    settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=tokens_per_prompt, seed=seed)
+    settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=tokens_per_prompt, seed=seed,
+                        ignore_eos=ignore_eos)
     method = methods.Method("measure", Tree.star(width), sampler)
     counts, none, start = [0] * width, 0, time.perf_counter()
     for i, prompt in enumerate(prompts):
