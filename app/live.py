@@ -120,10 +120,9 @@ def build(ctx: AppContext, header: dict) -> dict:
                                label="Tree budget n (nodes, root included)", elem_id="sq-budget")
             depth = gr.Slider(1, ctx.max_depth, value=ctx.default_depth, step=1,
                               label="Depth d (levels, root included)", elem_id="sq-depth")
-            with gr.Row():
-                temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
-                                        elem_id="sq-temperature", min_width=120)
-                top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id="sq-top-p", min_width=120)
+            temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+                                    elem_id="sq-temperature")
+            top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id="sq-top-p")
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens", elem_id="sq-max-new",
                                     min_width=100)

@@ -96,14 +96,13 @@ def metrics_html(events, predicted: float | None = None, predicted_note: str = "
     last_step = real[-1] if real else None
     mean = last.tokens_per_step
     cards = [
-        _card(f"{last.tokens_per_second:.1f}", "tokens / s",
-              f"decoding only · prefill {last.prefill_seconds:.2f} s apart"),
+        _card(f"{last.tokens_per_second:.1f}", "tokens / s", f"prefill {last.prefill_seconds:.2f} s not counted"),
         _card(f"{mean:.2f}", "tokens / step (mean)",
               f"last step: {len(last_step.new_token_ids) if last_step else 0}", STATUS_COLORS["accepted"]),
         _card("—" if predicted is None else f"{predicted:.2f}", "predicted tokens / step",
               esc(predicted_note) or "from the measured acceptance vector", PLANNED),
         _card(f"{last.total_steps}", "steps", f"{last.total_tokens} tokens"
-              + (f" · finished: {esc(last.finish_reason)}" if last.done else " · running")),
+              + (f" · {esc(last.finish_reason.replace('_', ' '))}" if last.done else " · running")),
     ]
     draft = sum(e.draft_seconds for e in real)
     verify = sum(e.verify_seconds for e in real)
@@ -116,7 +115,7 @@ def metrics_html(events, predicted: float | None = None, predicted_note: str = "
             f'<div class="sq-seg" style="width:{100 * s / total:.2f}%;background:{c}" '
             f'title="{name}: {s:.3f} s ({100 * s / total:.0f} %)"></div>' for name, s, c in segs) + "</div>"
         bar += ('<div class="sq-timelegend">' + " · ".join(
-            f'<span class="sq-dot" style="background:{c}"></span>{name} {s:.2f} s ({100 * s / total:.0f} %)'
+            f'<span><span class="sq-dot" style="background:{c}"></span>{name} {s:.2f} s · {100 * s / total:.0f}%</span>'
             for name, s, c in segs) + "</div>")
     head = f'<div class="sq-runlabel">{esc(label)}</div>' if label else ""
     return f'<div class="sq-metrics">{head}<div class="sq-cards">{"".join(cards)}</div>{bar}</div>'

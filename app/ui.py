@@ -16,8 +16,9 @@ QUEUE_SIZE = 16     # events waiting beyond this are answered "queue full"
 def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
     defaults = defaults or {}
     with gr.Blocks(title="Sequoia Live", fill_width=True) as demo:
-        header = gr.HTML(render.pair_line(ctx.worker.describe(), ctx.worker.status()), elem_id="sq-header")
-        plan = gr.HTML(render.plan_line(None), elem_id="sq-plan")
+        with gr.Column(elem_classes="sq-top"):
+            header = gr.HTML(render.pair_line(ctx.worker.describe(), ctx.worker.status()), elem_id="sq-header")
+            plan = gr.HTML(render.plan_line(None), elem_id="sq-plan")
         with gr.Tabs(elem_id="sq-tabs"):
             with gr.Tab("Live", id="live", elem_id="sq-tab-live"):
                 live_parts = live.build(ctx, {"plan": plan})

@@ -19,10 +19,14 @@ sampling   For each method and each sampling setting (T=1, and T=0.7 with top-p 
            The reference distributions come from plain transformers forwards (no tree mask, no engine
            code): one forward per prefix, plus one batched single-token forward on its cache for the
            accepted first tokens. Temperature and top-p are transformers' own logits warpers.
-           Bins: every token whose expected count is >= 5, the rest merged into "other" (merged into the
-           smallest bin when "other" itself would expect < 5). Groups (prefixes, accepted tokens) are
-           summed into one chi-square statistic per test. A sampled token that the target cannot produce
-           (probability 0, e.g. outside the top-p nucleus) fails the test outright.
+           Statistic (sample_test): per group (a prefix, or a prefix + accepted token) one bin per token
+           whose expected count is >= 5 and the tail in an "other" bin (merged into the smallest bin when
+           "other" itself would expect < 5); groups too small for two such bins are pooled by the
+           randomised probability integral transform (each sample -> a uniform draw inside its token's
+           slice of the group's probability-ordered CDF; Uniform(0, 1) under exactness, whatever the
+           group) into equal bins. All pieces cover disjoint samples, so their chi-squares add up into
+           one test. A sampled token that the target cannot produce (probability 0, e.g. outside the
+           top-p nucleus) fails the test outright.
            Verdict: FAIL when p < alpha (default 0.001). Each p-value is uniform under exactness, so one
            test fails by chance once in 1000 runs: a FAIL is strong evidence (re-run with another seed to
            confirm). Each PASS line states the smallest deviation (chi-square distance over its bins)
