@@ -28,10 +28,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _ArgumentParserExit(Exception):
-    pass
-
-
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     parser = build_parser()
