@@ -71,7 +71,7 @@ class Run:
         if not steps:
             return self.plan.expected_tokens, f"G(n, d) of the plan"
         value = sum(_expected(tuple(e.tree_parents), acc) for e in steps) / len(steps)
-        return value, f"from the vector measured at T={vec.temperature:g}"
+        return value, f"by the vector measured at T={vec.temperature:g}"
 
     def tree_fig(self, ev):
         return plots.tree_figure(ev, greedy=self.greedy, sampler=self.sampler)

@@ -9,7 +9,10 @@ greedy     For each prompt and method, the speculative greedy output must equal 
            with the first differing token; it is only a WARN when the two tokens' target logits there are
            within the dtype's rounding (a near tie: both paths are right up to rounding).
 sampling   For each method and each sampling setting (T=1, and T=0.7 with top-p 0.9), N speculative steps
-           from a few fixed prefixes; the emitted tokens are compared with the target's exact next-token
+           from a few prefixes (positions along the prompts' greedy continuations where the target's
+           distribution is most spread out); each sample is one real engine step (Decoder._step from
+           caches prefilled once per prefix: its own draft forwards and one target tree forward), so the
+           sampling part costs N x methods x settings steps. The emitted tokens are compared with the target's exact next-token
            distribution by a chi-square test:
              - "next token": the first token of the step, against p(. | prefix);
              - "after an accepted draft token": when the first token was an accepted draft node, the
