@@ -12,8 +12,8 @@ sampling   For each method and each sampling setting (T=1, and T=0.7 with top-p 
            from a few prefixes (positions along the prompts' greedy continuations where the target's
            distribution is most spread out); each sample is one real engine step (Decoder._step from
            caches prefilled once per prefix: its own draft forwards and one target tree forward), so the
-           sampling part costs N x methods x settings steps. The emitted tokens are compared with the target's exact next-token
-           distribution by a chi-square test:
+           sampling part costs N x methods x settings steps. The emitted tokens are compared with the
+           target's exact next-token distribution by a chi-square test:
              - "next token": the first token of the step, against p(. | prefix);
              - "after an accepted draft token": when the first token was an accepted draft node, the
                token after it (verified one tree level deeper, or the bonus there), against
@@ -258,8 +258,9 @@ class CheckReport:
     def summary(self) -> str:
         """Two or three lines for people: the verdict, per-section counts, the first problems."""
         names = f"{self.pair.get('draft', '?')} -> {self.pair.get('target', '?')}"
-        head = {"PASS": f"PASS: speculative decoding on {names} reproduced the target exactly, as far as this check can tell.",
-                "WARN": f"PASS with warnings: {names} is exact up to rounding; see the warnings.",
+        head = {"PASS": f"PASS: speculative decoding on {names} reproduced the target exactly, "
+                        "as far as this check can tell.",
+                "WARN": f"PASS with warnings: no losslessness failure on {names}; see the warnings.",
                 "FAIL": f"FAIL: speculative decoding on {names} does NOT reproduce the target.",
                 "STOPPED": f"STOPPED: the check of {names} was interrupted; no problem found in what ran."}[self.verdict]
         counts = []
@@ -542,7 +543,7 @@ class _Prefilled:
             decoder.draft_cache = copy.deepcopy(self.draft)
             decoder.draft_len = self.draft_len
         tree = method.tree.truncated(self.pair.context_limit - len(self.prefix))
-        parts = decoder._step(list(self.prefix), tree)
+        parts = decoder.step(list(self.prefix), tree)
         return {"new_ids": parts["new_ids"], "accepted_ranks": parts["accepted_ranks"]}
 
 
@@ -774,7 +775,8 @@ class _Runner:
         else:
             ok = result.pvalue >= alpha
             msg = (f"p = {result.pvalue:.3g} {'>=' if ok else '<'} {alpha:g} (chi2 = {result.statistic:.1f}, "
-                   f"df {result.df}, {result.samples} samples in " + _bins_text(result) + "); detects a chi-square distance >= {result.detectable:.2g} with 90% probability")
+                   f"df {result.df}, {result.samples} samples in " + _bins_text(result)
+                   + f"); detects a chi-square distance >= {result.detectable:.2g} with 90% probability")
             if position == "next token" and drawn:
                 msg += f"; first token from the draft in {accepted}/{drawn} steps"
             self.add("sampling", name, "pass" if ok else "fail", msg, **details)
@@ -1007,7 +1009,8 @@ def _estimate(pair: ModelPair, config: CheckConfig, prompts: list[list[int]]) ->
                    for p in prompts]
     mean_len = sum(len(p) for p in prompts) / len(prompts) + g / 2
     prefix_seconds = mean_len * prefill
-    kv_step = (sample_step[check_methods[0].name] + (len(ids) + config.kv_steps) * prefill)
+    kv_method = next((m for m in check_methods if m.uses_draft), check_methods[0])
+    kv_step = sample_step[kv_method.name] + (len(ids) + config.kv_steps) * prefill
     sections = {}
     if "greedy" in config.sections or "sampling" in config.sections:
         sections["greedy"] = sum(reference_seconds) + (sum(sum(r.values()) for r in greedy_runs)

@@ -140,7 +140,7 @@ class Decoder:
                 yield self._final_event(totals, generated, text, prefill, reason)
                 return
             tree = self.plan().truncated(pair.context_limit - len(seq))
-            event_parts = self._step(seq, tree)
+            event_parts = self.step(seq, tree)
             new_ids, finish = event_parts.pop("new_ids"), event_parts.pop("finish")
             room = s.max_new_tokens - len(generated)
             if len(new_ids) >= room:
@@ -161,7 +161,9 @@ class Decoder:
                 return
 
     # ---------------- one step ----------------
-    def _step(self, seq: list[int], tree: Tree) -> dict:
+    def step(self, seq: list[int], tree: Tree) -> dict:
+        """One draft-verify-commit step on caches that hold seq[:-1] (target) and a prefix of seq
+        (draft). Returns the StepEvent fields plus new_ids and finish; seq itself is not changed."""
         t_start = self.clock.now()
         drafted = self._draft(seq, tree)
         t_drafted = self.clock.now()

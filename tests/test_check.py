@@ -86,7 +86,7 @@ def test_detectable_distance_shrinks_with_samples():
     assert 0.1 < d100 < 1
 
 
-def test_reference_distribution_matches_transformers_sampling_definition(pair):
+def test_reference_distribution_matches_transformers_sampling_definition():
     logits = torch.tensor([2.0, 1.0, 0.5, -1.0, -3.0])
     p = check.reference_distribution(logits, 0.7, 0.9)
     assert float(p.sum()) == pytest.approx(1.0)
