@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+from engine.errors import UserError
 
 
 def additive_mask(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -77,20 +80,25 @@ def forward_causal(model, cache: DynamicCache, input_ids: list[int]) -> torch.Te
     return forward(model, cache, input_ids, list(range(start, start + len(input_ids))), visible)
 
 
-def commit(cache: DynamicCache, keep: list[int]) -> None:
-    """Keep only cache rows `keep` (in that order) on the sequence axis of every layer."""
-    if not cache.layers or not cache.layers[0].is_initialized:
-        return
+@torch.inference_mode()  # the cache tensors were made in inference mode; in-place writes need it too
+def commit(cache: DynamicCache, prefix: int, rows: list[int]) -> None:
+    """Keep cache rows [0, prefix) and then `rows` (absolute indices >= prefix, in order) on the
+    sequence axis of every layer; drop everything else. Only the tail is moved."""
     index = None
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
+        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
+            raise UserError(f"{type(layer).__name__} caches are not supported by tree decoding")
         if index is None or index.device != layer.keys.device:  # accelerate may split layers over devices
-            index = torch.tensor(keep, device=layer.keys.device)
-        if hasattr(layer, "cumulative_length"):
-            # Sliding-window layers count tokens themselves; only valid while the context fits the window.
+            index = torch.tensor(rows, device=layer.keys.device, dtype=torch.long)
+        end = prefix + len(rows)
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            # These layers count tokens themselves; only valid while the context fits the window
+            # (the decoder keeps it so).
             if layer.keys.shape[-2] != layer.cumulative_length:
-                raise RuntimeError("context longer than the model's sliding window: tree commit unsupported")
-            layer.cumulative_length = len(keep)
-        layer.keys = layer.keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+                raise UserError("the context outgrew the model's sliding window")
+            layer.cumulative_length = end
+        layer.keys[..., prefix:end, :] = layer.keys.index_select(-2, index)
+        layer.values[..., prefix:end, :] = layer.values.index_select(-2, index)
+        layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]

@@ -104,7 +104,9 @@ class Decoder:
                  plan: Callable[[], Tree] | None = None):
         self.pair, self.method, self.settings = pair, method, settings
         self.plan = plan or (lambda: method.tree)
-        self.generator = generator or _make_generator(pair.device, settings.seed)
+        self.generator = generator or make_generator(pair.device, settings.seed)
+        # probabilities are float64, which MPS lacks: do that maths on the CPU there
+        self.prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
         self.clock = _Clock(pair.device)
         self.target_cache = DynamicCache(config=pair.target.config)
         self.draft_cache = DynamicCache(config=pair.draft.config)
@@ -139,12 +141,13 @@ class Decoder:
             if reason:
                 yield self._final_event(totals, generated, text, prefill, reason)
                 return
-            tree = self.plan().truncated(pair.context_limit - len(seq))
+            tree = self._fitted(self.plan(), len(seq))
             event_parts = self.step(seq, tree)
             new_ids, finish = event_parts.pop("new_ids"), event_parts.pop("finish")
             room = s.max_new_tokens - len(generated)
-            if len(new_ids) >= room:
-                new_ids = new_ids[:room]
+            if len(new_ids) > room:  # whatever ended the step (an EOS too) was cut off
+                new_ids, finish = new_ids[:room], "max_new_tokens"
+            elif len(new_ids) == room:
                 finish = finish or "max_new_tokens"
             seq.extend(new_ids)
             generated.extend(new_ids)
@@ -160,6 +163,17 @@ class Decoder:
             if finish:
                 return
 
+    def _fitted(self, tree: Tree, length: int) -> Tree:
+        """The plan cut to what fits: positions below the context limit and, for sliding-window
+        caches, every tree row inside the window (a breadth-first prefix is still a tree)."""
+        tree = tree.truncated(self.pair.context_limit - length)
+        window = self.pair.kv_window
+        if window is not None and length - 1 + tree.size > window - 1:
+            tree = Tree(tree.parents[:max(1, window - length)])
+        if max(len(c) for c in tree.children) > self.pair.vocab_size:
+            raise UserError(f"a tree node has more children than the vocabulary has tokens ({self.pair.vocab_size})")
+        return tree
+
     # ---------------- one step ----------------
     def step(self, seq: list[int], tree: Tree) -> dict:
         """One draft-verify-commit step on caches that hold seq[:-1] (target) and a prefix of seq
@@ -172,6 +186,7 @@ class Decoder:
                                             list(range(tree.size)), self.pair.device)
         positions = [base + d for d in tree.depth_of]
         logits = attention.forward(self.pair.target, self.target_cache, drafted.tokens, positions, visible)
+        logits = logits.to(self.prob_device)
         t_verified = self.clock.now()
         walk = self._walk(drafted, logits)
         self._commit(base, drafted, walk["path"])
@@ -221,7 +236,7 @@ class Decoder:
     def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's vocabulary: padding rows the draft lacks get zero mass."""
         size = self.pair.vocab_size
-        logits = logits.to(self.pair.device)  # the draft may live elsewhere (device maps)
+        logits = logits.to(self.prob_device)  # the draft may live elsewhere (device maps)
         if logits.shape[-1] == size:
             return logits
         if logits.shape[-1] > size:
@@ -266,12 +281,12 @@ class Decoder:
                 "bonus": bonus}
 
     def _commit(self, base: int, drafted: _DraftedTree, path: list[int]) -> None:
-        attention.commit(self.target_cache, list(range(base)) + [base + i for i in path])
+        attention.commit(self.target_cache, base, [base + i for i in path])
         if not drafted.fed and drafted.tree.size == 1:
             return
         column = {v: base + 1 + j for j, v in enumerate(drafted.fed)}
         kept = [column[v] for v in path[1:] if v in column]
-        attention.commit(self.draft_cache, list(range(base + 1)) + kept)
+        attention.commit(self.draft_cache, base + 1, kept)
         self.draft_len = base + 1 + len(kept)
 
     def _records(self, drafted: _DraftedTree, walk: dict) -> list[NodeRecord]:
@@ -308,7 +323,8 @@ class Decoder:
                          finish_reason=reason)
 
 
-def _make_generator(device: torch.device, seed: int) -> torch.Generator:
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    """The run's one source of randomness, on the device where the probabilities live."""
     gen = torch.Generator(device=device if device.type != "mps" else "cpu")
     gen.manual_seed(seed)
     return gen

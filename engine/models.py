@@ -34,6 +34,7 @@ class ModelPair:
     context_limit: int
     vocab_size: int                      # size of the target's logits: the space p and q live in
     probe: dict = field(default_factory=dict)  # tree-mask probe results, shown by `check`
+    kv_window: int | None = None         # smallest sliding window of either model's cache, if any
 
     @property
     def has_chat_template(self) -> bool:
@@ -228,6 +229,13 @@ def context_limit(model, tokenizer) -> int:
     raise UserError(f"cannot tell the context length of {type(model).__name__}")
 
 
+def sliding_window(model) -> int | None:
+    """The smallest sliding window among the layers of the cache this model builds, or None."""
+    layers = DynamicCache(config=model.config).layers
+    windows = [layer.sliding_window for layer in layers if getattr(layer, "sliding_window", None)]
+    return min(windows) if windows else None
+
+
 def eos_ids(target, tokenizer) -> frozenset[int]:
     ids = set()
     gen = getattr(target, "generation_config", None)
@@ -304,7 +312,8 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
         draft_name=_display_name(draft, draft_src), target_name=_display_name(target, target_src),
         device=attention.input_device(target_model), dtype=dt, eos_ids=eos_ids(target_model, target_tok),
         context_limit=min(context_limit(target_model, target_tok), context_limit(draft_model, draft_tok)),
-        vocab_size=target_model.get_output_embeddings().weight.shape[0], probe=probe)
+        vocab_size=target_model.get_output_embeddings().weight.shape[0], probe=probe,
+        kv_window=min(filter(None, (sliding_window(target_model), sliding_window(draft_model))), default=None))
     report("ready", 1.0, f"pair ready: {pair.draft_name} -> {pair.target_name}")
     return pair
 

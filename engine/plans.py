@@ -80,7 +80,7 @@ def auto_plan(pair: ModelPair, settings: Settings, max_budget: int = 128, max_de
     """Hardware-aware: the (n, d) that maximises predicted tokens/s on this device."""
     check_shape(max_budget, max_depth)
     vec = acceptance_for(pair, settings, **kwargs)
-    prof = profiler.device_profile(pair, **(profile_kwargs or {}))
+    prof = profiler.device_profile(pair, **{"max_budget": max_budget, **(profile_kwargs or {})})
     table = table_for(vec.probabilities, max_budget, max_depth)
     choice = choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
                           budgets=range(1, max_budget + 1), depths=range(1, max_depth + 1))

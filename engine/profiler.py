@@ -84,8 +84,8 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
         for event in generate(pair, ids, method, settings, should_stop=should_stop):
             if event.finish_reason == "stopped":
                 raise Stopped("measurement stopped")
-            if not event.nodes:
-                continue
+            if len(event.tree_parents) < 2:
+                continue  # no children this step (stopped, or the star was cut at the context limit)
             if event.accepted_ranks:
                 counts[event.accepted_ranks[0] - 1] += 1
             else:
@@ -221,7 +221,7 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
         t0 = clock()
         attention.forward(model, cache, ids, positions, visible)
         elapsed = clock() - t0
-        attention.commit(cache, list(range(base)))
+        attention.commit(cache, base, [])
         if attempt:
             times.append(elapsed)
     return statistics.median(times)
@@ -298,8 +298,10 @@ def save_profile(pair: ModelPair, prof: DeviceProfile) -> Path:
 
 
 def device_profile(pair: ModelPair, measure: bool = True, **kwargs) -> DeviceProfile | None:
+    """The cached profile if it covers the budgets asked for; otherwise a new measurement."""
     prof = cached_profile(pair)
-    if prof is not None or not measure:
+    covers = prof is not None and max(prof.target_seconds) >= kwargs.get("max_budget", 1)
+    if covers or not measure:
         return prof
     prof = profile_device(pair, **kwargs)
     prof.source = str(save_profile(pair, prof))

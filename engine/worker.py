@@ -29,7 +29,7 @@ import queue
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from engine import methods as methods_mod
@@ -544,6 +544,7 @@ class Worker:
                     if not isinstance(exc, (UserError, TreeError)):
                         log.error("job %s (%s) failed:\n%s", job.id, job.name, traceback.format_exc())
                     self.last_error = f"{job.name}: {exc}"
+                    _release_device_memory()  # e.g. after an out-of-memory error
                     job._finish(FAILED, exc)
             finally:
                 with self._lock:
@@ -566,6 +567,16 @@ class Worker:
             result = out
         stopped = job._stop.is_set() and (result is None or getattr(result, "finish_reason", None) == "stopped")
         job._finish(STOPPED if stopped else DONE, result=result)
+
+
+def _release_device_memory() -> None:
+    gc.collect()
+    try:
+        import torch
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:  # noqa: BLE001 - best effort only
+        pass
 
 
 # ---------------------------------------------------------------- job bodies (run on the worker thread)

@@ -149,9 +149,9 @@ def test_broken_verifier_fails_the_sampling_check(pair, monkeypatch, broken):
 def test_broken_cache_commit_fails(pair, monkeypatch):
     original = attention.commit
 
-    def keep_first_rows(cache, keep):
+    def keep_first_rows(cache, prefix, rows):
         """Broken: keeps the first tree rows instead of the accepted path's."""
-        return original(cache, list(range(len(keep))))
+        return original(cache, prefix, list(range(prefix, prefix + len(rows))))
 
     monkeypatch.setattr(attention, "commit", keep_first_rows)
     report = check.run_check(pair, config(sections=("greedy", "structure"), methods=("sequoia",), greedy_tokens=16,
@@ -163,7 +163,7 @@ def test_broken_cache_commit_fails(pair, monkeypatch):
 
 def test_commit_that_crashes_is_a_failure_not_a_crash(pair, monkeypatch):
     original = attention.commit
-    monkeypatch.setattr(attention, "commit", lambda cache, keep: original(cache, keep[:-1]))
+    monkeypatch.setattr(attention, "commit", lambda cache, prefix, rows: original(cache, prefix, rows[:-1]))
     report = check.run_check(pair, config(sections=("greedy", "structure"), methods=("chain",)))
     assert report.verdict == "FAIL"
     assert any(i.name == "KV commit" and i.status == "fail" for i in report.items)

@@ -163,3 +163,65 @@ def test_distribution_test_fails_for_a_wrong_verifier(dist_pair, monkeypatch):
     settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=11)
     samples = two_token_samples(dist_pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES)
     assert chi_square_pvalue(samples, exact_two_token_distribution(dist_pair, ids, 1.0, 1.0)) < 1e-4
+
+
+# ------------------------------------------------------------------ EOS, vocabularies, draft masks
+@pytest.mark.parametrize("name", ["chain-deep", "specinfer-wide", "sequoia-planner", "ar"])
+def test_greedy_stops_at_eos_exactly_like_the_target(name):
+    """Make a token of the reference continuation the EOS: the output must be the reference up
+    to and including its first occurrence, whether it arrives as an accepted node or a bonus."""
+    import dataclasses
+    pair = tiny_pair("llama")
+    ids = encode_prompt(pair, "hello world", chat=False)
+    reference = greedy_reference(pair, ids, GREEDY_TOKENS)
+    for k in (3, 11, 20):
+        eos = reference[k]
+        eos_pair = dataclasses.replace(pair, eos_ids=frozenset({eos}))
+        out, events = generate_ids(eos_pair, ids, shapes()[name], Settings(max_new_tokens=GREEDY_TOKENS))
+        assert out == reference[:reference.index(eos) + 1]
+        assert events[-1].finish_reason == "eos"
+
+
+def test_draft_and_target_with_different_vocabulary_sizes():
+    """Real pairs pad their embeddings differently (Qwen2.5 0.5B: 151936 rows, 7B: 152064)."""
+    import dataclasses
+    base = tiny_pair("llama")
+    ids = encode_prompt(base, "hello world", chat=False)
+    reference = greedy_reference(base, ids, 32)
+    method = methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1]))
+    bigger_draft = copy.deepcopy(base.draft)
+    bigger_draft.resize_token_embeddings(base.vocab_size + 5)
+    for pair in (dataclasses.replace(base, draft=bigger_draft),):
+        assert generate_ids(pair, ids, method, Settings(max_new_tokens=32, ignore_eos=True))[0] == reference
+    bigger_target = copy.deepcopy(base.target)
+    bigger_target.resize_token_embeddings(base.vocab_size + 7)  # new rows never win: the draft pads with -inf
+    pair = dataclasses.replace(base, target=bigger_target, vocab_size=base.vocab_size + 7)
+    ref_big = greedy_reference(pair, ids, 32)
+    assert generate_ids(pair, ids, method, Settings(max_new_tokens=32, ignore_eos=True))[0] == ref_big
+    settings = Settings(temperature=1.0, max_new_tokens=16, ignore_eos=True, seed=2)
+    out, _ = generate_ids(pair, ids, method, settings)
+    assert len(out) == 16
+
+
+def test_every_draft_level_sees_exactly_its_ancestors(monkeypatch):
+    """A wrong draft mask only slows decoding (greedy equality cannot see it): compare every
+    expanded node's draft logits with a fresh draft forward over prefix + its path."""
+    pair = tiny_pair("llama")
+    ids = encode_prompt(pair, "hello world", chat=False)
+    seen = []
+    original = Decoder._draft
+
+    def spy(self, seq, tree):
+        drafted = original(self, seq, tree)
+        seen.append((list(seq), drafted))
+        return drafted
+    monkeypatch.setattr(Decoder, "_draft", spy)
+    tree = Tree.from_branching([3, 2, 1, 1, 0, 2, 1, 0, 1])
+    generate_ids(pair, ids, methods.sequoia(tree), Settings(max_new_tokens=20, ignore_eos=True))
+    checked = 0
+    for seq, drafted in seen[:4]:
+        for v, logits in drafted.draft_logits.items():
+            path_tokens = [drafted.tokens[u] for u in tree.path_to(v)[1:]]
+            torch.testing.assert_close(logits, fresh_logits(pair.draft, seq + path_tokens), atol=1e-4, rtol=1e-4)
+            checked += 1
+    assert checked >= 12

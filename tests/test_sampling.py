@@ -128,3 +128,28 @@ def test_top_p_matches_transformers_warper_definition():
     ref = torch.softmax(TopPLogitsWarper(0.8)(None, (logits / 0.7)[None])[0].double(), -1)
     assert torch.allclose(p, ref)
     assert (p == 0).sum() >= 1  # top-p removed something
+
+
+def swapped_update_order(p, q, children, generator):
+    """Broken: removes x from D before forming the residual (the order matters)."""
+    residual, draft = p.clone(), q.clone()
+    for position, token in enumerate(children):
+        r = float(torch.rand((), generator=generator, dtype=torch.float64))
+        if float(draft[token]) > 0 and r * float(draft[token]) < float(residual[token]):
+            return sampling.Verdict(position, None)
+        draft[token] = 0.0
+        draft = draft / draft.sum()
+        residual = (residual - draft).clamp_min(0)
+        residual = residual / residual.sum()
+    return sampling.Verdict(None, residual)
+
+
+def test_distribution_check_catches_a_subtle_update_order_bug():
+    assert emitted_distribution_pvalue(swapped_update_order, sampling.draw_without_replacement, P, Q, k=3) < 1e-4
+
+
+def test_uniform_fallback_lets_later_children_be_accepted():
+    # q covers only token 0; without the fallback only child 1 could ever pass (rate 0.2)
+    p, q = t(0.2, 0.3, 0.5, 0.0), t(1.0, 0, 0, 0)
+    rate = acceptance_rate(sampling.verify_sequoia, sampling.draw_without_replacement, p, q, 3)
+    assert abs(rate - 0.9) < 0.03

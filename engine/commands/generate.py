@@ -5,12 +5,10 @@ import logging
 import sys
 from pathlib import Path
 
-import torch
-
 from engine import methods
 from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_args, print_json,
                                     settings_from_args)
-from engine.decoding import Decoder
+from engine.decoding import Decoder, make_generator
 from engine.errors import UserError
 from engine.models import encode_prompt
 from engine.plans import check_shape, dp_plan
@@ -68,7 +66,7 @@ def run(args) -> int:
     prompt_ids = encode_prompt(pair, args.prompt, args.chat)
     method = method_from_args(args, pair, settings)
     log.info("method %s, tree %d nodes / %d levels", method.label, method.tree.size, method.tree.depth)
-    generator = torch.Generator(device=pair.device).manual_seed(settings.seed)
+    generator = make_generator(pair.device, settings.seed)
     samples, first_events = [], None
     for i in range(args.num_samples):
         events = list(Decoder(pair, method, settings, generator=generator).run(prompt_ids))
