@@ -38,4 +38,5 @@ def theme():
 
 def launch_options() -> dict:
     """Theme and CSS (Gradio 6 takes them at launch)."""
-    return {"theme": theme(), "css_paths": [str(ASSETS / "style.css")]}
+    return {"theme": theme(), "css_paths": [str(ASSETS / "style.css")], "ssr_mode": False,
+            "footer_links": ["api", "settings"]}

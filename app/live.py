@@ -8,7 +8,7 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.state import METHOD_CHOICES, AppContext, Session, settings_from, spec_from
+from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
 from engine.decoding import StepEvent
 from engine.errors import UserError
 from engine.tree import Tree, TreeError
@@ -17,6 +17,7 @@ from engine.worker import NeedsMeasurement, Note, Progress
 log = logging.getLogger(__name__)
 
 FIG_INTERVAL = 0.1   # tree figure: at most 10 updates per second
+TEXT_INTERVAL = 0.05  # text and metric cards: at most 20 per second (step data and status: every step)
 ACC_INTERVAL = 0.5   # acceptance chart: at most 2 per second
 MODEL = dict(concurrency_id="model", concurrency_limit=1)
 LIGHT = dict(concurrency_limit=None)
@@ -137,13 +138,13 @@ def build(ctx: AppContext, header: dict) -> dict:
             tree = gr.Plot(show_label=False, elem_id="sq-tree")
             replay = gr.Slider(1, 2, value=1, step=1, label="Replay a step (after a run)", interactive=False,
                                elem_id="sq-replay")
-    with gr.Row(equal_height=False):
-        with gr.Column(scale=3, min_width=500):
-            text = gr.HTML(render.text_html([], placeholder="The generated text appears here, one shade per step."),
-                           elem_id="sq-text")
-        with gr.Column(scale=2, min_width=400):
-            metrics = gr.HTML(render.metrics_html([]), elem_id="sq-metrics")
-            acc = gr.Plot(show_label=False, elem_id="sq-acc")
+            with gr.Row(equal_height=False):
+                with gr.Column(scale=5, min_width=360):
+                    text = gr.HTML(render.text_html([], placeholder="The generated text appears here, one shade "
+                                                                    "per step."), elem_id="sq-text")
+                with gr.Column(scale=4, min_width=360):
+                    metrics = gr.HTML(render.metrics_html([]), elem_id="sq-metrics")
+                    acc = gr.Plot(show_label=False, elem_id="sq-acc")
     with gr.Accordion("Raw data (what the API returns)", open=False):
         with gr.Row():
             step_json = gr.JSON(label="Last step", elem_id="sq-step-json")
@@ -165,7 +166,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True)
         except NeedsMeasurement as need:
             yield {status: f"… {need} — measuring now (the plan follows)…"}
-            job = ctx.worker.plan(spec, settings)
+            job = sess.aux = ctx.worker.plan(spec, settings)
             try:
                 for item in job.stream():
                     if isinstance(item, Progress):
@@ -183,9 +184,14 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess.plan = result
         sess.publish(spec.kind, result.tree)
         running = sess.running
-        out = {plan_md: render.plan_line(result, running), plan_json: result.summary(),
-               status: (f"Re-planned: **{result.method.label}** — the running job uses it from its next step."
-                        if running else f"Planned **{result.method.label}**: this tree is used by the next run.")}
+        follows = running and sess.run_info.get("kind") == spec.kind
+        if follows:
+            note = f"Re-planned: **{result.method.label}** — the running job uses it from its next step."
+        elif running:
+            note = f"Planned **{result.method.label}** for the next run (the running one uses another method)."
+        else:
+            note = f"Planned **{result.method.label}**: this tree is used by the next run."
+        out = {plan_md: render.plan_line(result, follows), plan_json: result.summary(), status: note}
         if not running:
             vec = result.acceptance.probabilities if result.acceptance is not None else None
             out[tree] = plots.plan_figure(result.tree, vec)
@@ -203,7 +209,12 @@ def build(ctx: AppContext, header: dict) -> dict:
                             "**Measure** in the Planner tab.",
                     tree: plots.empty_figure("The tree appears after the first plan or step.")}
         except (UserError, TreeError) as exc:
-            return {status: f"{exc}", tree: plots.empty_figure("The tree appears after the first plan or step.")}
+            if ctx.worker.pair is None:
+                msg = ("The model pair is still loading (see the header). Press **Generate** any time: the run "
+                       "starts as soon as the pair is ready.")
+            else:
+                msg = str(exc)
+            return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
         sess.plan = result
         vec = result.acceptance.probabilities if result.acceptance is not None else None
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
@@ -225,8 +236,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess.job = job
         run = Run(settings)
         sess.events = run.events
-        sess.run_info = {"run": run}
-        last_fig = last_acc = 0.0
+        sess.run_info = {"run": run, "kind": spec.kind}
+        last_fig = last_acc = last_text = 0.0
         ahead = job.position
         yield {status: f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
                else "… starting…", replay: gr.update(interactive=False),
@@ -242,9 +253,11 @@ def build(ctx: AppContext, header: dict) -> dict:
                            status: f"● running **{item.data.method.label}**…"}
                 elif isinstance(item, StepEvent):
                     run.events.append(item)
-                    out = {text: run.text(), metrics: run.metrics(), step_json: run.data(item),
-                           status: _run_status(item, run)}
+                    out = {step_json: run.data(item), status: _run_status(item, run)}
                     now = time.monotonic()
+                    if now - last_text >= TEXT_INTERVAL or item.done:
+                        out[text], out[metrics] = run.text(), run.metrics()
+                        last_text = now
                     if item.nodes and (now - last_fig >= FIG_INTERVAL or item.done):
                         out[tree] = run.tree_fig(item)
                         last_fig = now
@@ -273,9 +286,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: "Stopped before the first step."}
 
     def stop_run(request: gr.Request):
-        sess = ctx.sessions.get(request)
-        if sess.running:
-            sess.job.stop()
+        if ctx.sessions.get(request).stop_all():
             return "■ stopping after the current step…"
         return "Nothing is running in this tab."
 
@@ -315,15 +326,17 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
-    go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="hidden", **MODEL)
+    go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
+             show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
     stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT)
-    replay.release(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
-                   **LIGHT)
+    # .input: the user's own drags and typed values (never the update a finished run sends)
+    replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
+                 trigger_mode="always_last", **LIGHT)
     example.change(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT)
 
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
             "temperature": temperature, "top_p": top_p, "max_new": max_new, "seed": seed, "tree": tree,
-            "status": status, "plan_json": plan_json, "first_plan": (first_plan, plan_inputs, plan_outputs)}
+            "status": status, "plan_json": plan_json, "plan_md": plan_md, "first_plan": (first_plan, plan_inputs, plan_outputs)}
 
 
 def _progress_text(item: Progress) -> str:
@@ -350,5 +363,5 @@ def _replay_update(n: int):
 def _legend_html() -> str:
     items = "".join(f'<span class="sq-chip"><span class="sq-dot" style="background:{plots.STATUS_COLORS[s]}"></span>'
                     f'{render.esc(plots.STATUS_LABELS[s])}</span>' for s in plots.STATUS_COLORS)
-    return (f'<div class="sq-legend">{items}<span class="sq-chip sq-muted">thick green line = the accepted path · '
+    return (f'<div class="sq-legend">{items}<span class="sq-chip sq-muted">thick green line = the accepted path · dotted amber = the bonus token · '
             f'hover a node for its token, rank, draft q and target p</span></div>')

@@ -94,6 +94,6 @@ def build(ctx: AppContext, defaults: dict) -> dict:
         return memory_markdown(ctx.worker.memory()), pair_markdown(ctx.worker.describe())
 
     load.click(load_models, [draft, target, device, dtype], [status, info, memory, pair_json], api_name="load_models",
-               show_progress="hidden", **MODEL)
+               show_progress="minimal", show_progress_on=[status], **MODEL)
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
     return {"memory": memory, "info": info, "show_memory": show_memory}

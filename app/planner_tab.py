@@ -2,10 +2,10 @@
 table G(n, d), the predicted speedup, the chosen tree, and tree export/import."""
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import tempfile
-import time
 from pathlib import Path
 
 import gradio as gr
@@ -32,7 +32,10 @@ def build(ctx: AppContext, live: dict) -> dict:
         with gr.Column():
             acc_chart = gr.Plot(show_label=False, elem_id="sq-planner-acc")
             acc_caption = gr.Markdown("")
-            measure = gr.Button("Measure on this pair (at this temperature / top-p)", elem_id="sq-measure")
+            with gr.Row():
+                measure = gr.Button("Measure on this pair", elem_id="sq-measure",
+                                    scale=3)
+                stop = gr.Button("Stop", variant="stop", elem_id="sq-planner-stop", scale=1, min_width=80)
         with gr.Column():
             heat = gr.Plot(show_label=False, elem_id="sq-heatmap")
     with gr.Row(equal_height=False):
@@ -50,11 +53,14 @@ def build(ctx: AppContext, live: dict) -> dict:
             upload = gr.File(label="Import a tree: JSON ({\"parents\": [...]}) or an original Sequoia growmap (.pt)",
                              file_types=[".json", ".pt"], type="filepath", elem_id="sq-import")
             import_status = gr.Markdown("")
-            planner_json = gr.JSON(label="Plan (raw)", visible=True)
+            with gr.Accordion("Plan (raw, what the API returns)", open=False):
+                planner_json = gr.JSON(label="Plan (raw)")
 
     settings_inputs = [live["method"], live["budget"], live["depth"], live["hardware"], live["temperature"],
                        live["top_p"]]
-    outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json]
+    header_plan = live["plan_md"]
+    outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
+               header_plan]
 
     def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request | None = None) -> dict:
         sess = ctx.sessions.get(request)
@@ -122,33 +128,34 @@ def build(ctx: AppContext, live: dict) -> dict:
             t = result.tree
             out[chosen] = plots.plan_figure(t, plan_vec.probabilities if plan_vec is not None else None,
                                             title=f"Chosen tree: {result.method.label}", height=420)
-            path = EXPORT_DIR / f"sequoia-tree-n{t.size}-d{t.depth}-{int(time.time() * 1000)}.json"
+            digest = hashlib.sha1(json.dumps(t.parents).encode()).hexdigest()[:8]
+            path = EXPORT_DIR / f"sequoia-tree-n{t.size}-d{t.depth}-{digest}.json"
             path.write_text(json.dumps({**t.to_dict(), "label": result.method.label,
                                         "expected_tokens": result.expected_tokens,
                                         "acceptance_note": result.acceptance_note}, indent=1))
             out[export] = str(path)
             out[planner_json] = result.summary()
-            out[info] = render.plan_line(result)
+            out[info] = out[header_plan] = render.plan_line(result, sess.running)
         else:
             out[chosen] = plots.empty_figure("No tree until a vector is measured", 420)
             out[export] = None
             out[planner_json] = {}
         return out
 
-    def refresh(*args, request: gr.Request):
-        return view(*args, request=request)
+    def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
 
     def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
         try:
             settings = settings_from(temp_v, top_p_v)
-            job = ctx.worker.measure(settings.temperature, settings.top_p, force=True)
+            job = ctx.sessions.get(request).aux = ctx.worker.measure(settings.temperature, settings.top_p, force=True)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         yield from _follow(job, acc_caption, "measuring acceptance")
         yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
 
     def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
-        job = ctx.worker.profile(force=True)
+        job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
         yield from _follow(job, prof_caption, "profiling")
         yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
 
@@ -170,8 +177,14 @@ def build(ctx: AppContext, live: dict) -> dict:
     refresh_event = dict(show_progress="hidden", **LIGHT)
     tab = live["planner_tab"]
     tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
-    measure.click(run_measure, settings_inputs, outputs, api_name="measure", show_progress="hidden", **MODEL)
-    profile.click(run_profile, settings_inputs, outputs, api_name="profile", show_progress="hidden", **MODEL)
+    measure.click(run_measure, settings_inputs, outputs, api_name="measure", show_progress="minimal",
+                  show_progress_on=[acc_caption], **MODEL)
+    profile.click(run_profile, settings_inputs, outputs, api_name="profile", show_progress="minimal",
+                  show_progress_on=[prof_caption], **MODEL)
+    def stop_measuring(request: gr.Request):
+        return "■ stopping…" if ctx.sessions.get(request).stop_all() else "Nothing is running."
+
+    stop.click(stop_measuring, None, acc_caption, api_name="stop_measuring", show_progress="hidden", **LIGHT)
     upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json], api_name="import_tree",
                   show_progress="hidden", **LIGHT)
     return {"refresh": (refresh, settings_inputs, outputs)}

@@ -12,7 +12,7 @@ import networkx as nx
 import plotly.graph_objects as go
 
 STATUS_COLORS = {
-    "root": "#475569",       # slate: the last committed token
+    "root": "#64748b",       # slate: the last committed token
     "accepted": "#16a34a",   # green: drafted and accepted by the target
     "rejected": "#dc2626",   # red: drafted, checked, refused
     "unreached": "#94a3b8",  # grey: drafted, never checked (its parent was refused)
@@ -124,18 +124,26 @@ def _node_hover(node, parents, greedy: bool | None, sampler: str) -> str:
     return "<br>".join(lines)
 
 
+def tree_height(parents) -> int:
+    """Taller figures for trees with many leaves (about 7 px per leaf), within 440..760 px."""
+    return int(min(760, max(440, 7 * _leaves(parents) + 120)))
+
+
 def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", title: str | None = None,
-                height: int = 440, label_limit: int = 28) -> go.Figure:
+                height: int | None = None, label_limit: int = 28) -> go.Figure:
     """The tree of one decoding step: one marker per node (tree nodes + the bonus token),
     coloured by status; the accepted path drawn thick; hover with token, rank, q, p, test."""
     nodes = list(event.nodes)
     if not nodes:
         return empty_figure("no tree in this step (the run ended here)", height)
     parents = tuple(event.tree_parents)
+    height = height or tree_height(parents)
     pos = list(tree_layout(parents))
     depth_max = max(x for x, _ in pos)
-    for n in nodes[len(parents):]:  # the bonus token: next column after its parent when that slot
-        px, py = pos[n.parent]      # is free (a leaf), else a column of its own right of the tree
+    for n in nodes[len(parents):]:
+        # the bonus token comes after the last accepted node: in the next column when that node is
+        # a leaf (its row is free there), else in a column of its own right of the tree, level with it
+        px, py = pos[n.parent]
         pos.append((depth_max + 1 if n.parent in parents else px + 1, py))
     path = list(event.accepted_path)
     bonus = next((n for n in nodes if n.status == "bonus"), None)
@@ -153,7 +161,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     if bonus is not None:
         b = pos[bonus.index] if bonus.index < len(pos) else pos[-1]
         fig.add_trace(go.Scatter(x=[pos[bonus.parent][0], b[0]], y=[pos[bonus.parent][1], b[1]], mode="lines",
-                                 line=dict(color=STATUS_COLORS["bonus"], width=4, dash="dot"),
+                                 line=dict(color=STATUS_COLORS["bonus"], width=2.5, dash="dot"),
                                  hoverinfo="skip", showlegend=False, name="bonus edge"))
     crowded = _leaves(parents) > label_limit
     on_path = set(path)
@@ -170,7 +178,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
             textfont=dict(size=13 if on_top else (12 if not crowded else 11),
                           color=STATUS_COLORS[status] if on_top else FONT),
             marker=dict(color=STATUS_COLORS[status], size=size if status != "root" else size + 4,
-                        line=dict(color="rgba(255,255,255,0.9)", width=1.5),
+                        line=dict(color="rgba(255,255,255,0.8)", width=1.5 if size > 11 else 0),
                         symbol="diamond" if status == "bonus" else "circle"),
             hovertext=[_node_hover(n, parents, greedy, sampler) for n in group] if group else None,
             hoverinfo="text", cliponaxis=False, meta=status))
@@ -189,10 +197,11 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     return fig
 
 
-def plan_figure(tree, acceptance=None, title: str | None = None, height: int = 440) -> go.Figure:
+def plan_figure(tree, acceptance=None, title: str | None = None, height: int | None = None) -> go.Figure:
     """A planned tree (no tokens yet): each node's opacity is the chance it is reached
     (product of the acceptance of the ranks on its path), when an acceptance vector is known."""
     parents = tuple(tree.parents)
+    height = height or tree_height(parents)
     pos = tree_layout(parents)
     reach = [1.0] * len(parents)
     if acceptance is not None:
@@ -224,7 +233,7 @@ def plan_figure(tree, acceptance=None, title: str | None = None, height: int = 4
         x=[p[0] for p in pos], y=[p[1] for p in pos], mode="markers+text" if not crowded else "markers",
         text=["root"] + [f"r{tree.rank[i]}" for i in range(1, len(parents))], textposition="middle right",
         marker=dict(color=[STATUS_COLORS["root"]] + [PLANNED] * (len(parents) - 1), size=size, opacity=opac,
-                    line=dict(color="rgba(255,255,255,0.9)", width=1)),
+                    line=dict(color="rgba(255,255,255,0.8)", width=1 if size > 11 else 0)),
         hovertext=hover, hoverinfo="text", showlegend=False, cliponaxis=False, meta="planned"))
     ys = [y for _, y in pos]
     pad = max(0.6, 0.04 * (max(ys) - min(ys)))

@@ -125,6 +125,7 @@ def build(ctx: AppContext) -> dict:
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
         sess.job = job
+        sess.run_info["kind"] = "race"  # re-plans do not reach a race
         order = [lane for lane, _ in specs]
         lanes: dict[str, dict] = {lane: {} for lane in order}
         series: dict[str, list] = {lane: [] for lane in order}
@@ -177,15 +178,13 @@ def build(ctx: AppContext) -> dict:
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     def stop_race(request: gr.Request):
-        sess = ctx.sessions.get(request)
-        if sess.running:
-            sess.job.stop()
+        if ctx.sessions.get(request).stop_all():
             return "■ stopping after the current step…"
         return "Nothing is running in this tab."
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed]
     start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
-                show_progress="hidden", **MODEL)
+                show_progress="minimal", show_progress_on=[status], **MODEL)
     stop.click(stop_race, None, status, api_name="stop_race", show_progress="hidden", **LIGHT)
     return {}
 

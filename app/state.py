@@ -35,6 +35,7 @@ class Session:
     should use from its next step on: (version, spec kind, tree); a job only takes trees newer
     than the version it started with, so an old re-plan never leaks into a new run."""
     job: Any = None                       # the running/last generate or race Job
+    aux: Any = None                       # a measuring/profiling job started from this session
     events: list = field(default_factory=list)   # StepEvents of the last Live run (for replay)
     run_info: dict = field(default_factory=dict)  # greedy, sampler, planned vector, label, ...
     live: tuple = (0, None, None)
@@ -47,6 +48,15 @@ class Session:
     @property
     def running(self) -> bool:
         return self.job is not None and not self.job.done
+
+    def stop_all(self) -> bool:
+        """Stop this session's run and measurement; True if something was running or queued."""
+        found = False
+        for job in (self.job, self.aux):
+            if job is not None and not job.done:
+                job.stop()
+                found = True
+        return found
 
     def publish(self, kind: str, tree: Tree) -> None:
         with self.lock:
@@ -76,8 +86,7 @@ class Sessions:
                 sess = self._items[key] = Session()
                 while len(self._items) > MAX_SESSIONS:
                     _, old = self._items.popitem(last=False)
-                    if old.running:
-                        old.job.stop()
+                    old.stop_all()
             self._items.move_to_end(key)
             sess.touched = time.time()
             return sess
@@ -86,8 +95,8 @@ class Sessions:
         key = getattr(request, "session_hash", None) or "default"
         with self._lock:
             sess = self._items.pop(key, None)
-        if sess is not None and sess.running:
-            sess.job.stop()
+        if sess is not None:
+            sess.stop_all()
 
 
 @dataclass

@@ -1,0 +1,184 @@
+"""The app launched in-process on a tiny pair and driven with gradio_client, as a script would."""
+import json
+import socket
+
+import pytest
+import torch
+
+from tests.tiny import tiny_pair_dirs
+
+pytest.importorskip("gradio")
+from gradio_client import Client  # noqa: E402
+
+PROMPT = "hello world"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run far faster on one intra-op thread (no spinning on a busy second core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def served():
+    from app import create_app, launch_options
+    from engine.worker import Worker
+    draft, target = tiny_pair_dirs("llama")
+    # short measurements keep the test quick; they are still real measurements on the pair
+    worker = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
+    demo, ctx = create_app(str(draft), str(target), "cpu", "float32", worker=worker, load=False)
+    worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **launch_options())
+    url = f"http://127.0.0.1:{port}/"
+    yield {"url": url, "ctx": ctx, "draft": str(draft), "target": str(target)}
+    demo.close()
+    worker.close()
+
+
+@pytest.fixture()
+def client(served):
+    return Client(served["url"], verbose=False)
+
+
+def cli_generate(capsys, served, **kw) -> dict:
+    from engine.cli import main
+    args = ["generate", "--draft", served["draft"], "--target", served["target"], "--device", "cpu",
+            "--dtype", "float32", "--prompt", PROMPT, "--json"]
+    for key, value in kw.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    capsys.readouterr()
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_generate_streams_every_step_and_matches_the_cli(served, client, capsys):
+    settings = dict(budget=8, depth=4, temperature=0.8, top_p=0.95, max_new_tokens=24, seed=3)
+    job = client.submit(PROMPT, "sequoia", settings["budget"], settings["depth"], False, settings["temperature"],
+                        settings["top_p"], settings["max_new_tokens"], settings["seed"], api_name="/generate")
+    updates = list(job)
+    data = [u[6] for u in updates if isinstance(u[6], dict) and "step" in u[6]]
+    final = job.result()[6]
+    assert final["done"] and final["finish_reason"] in ("eos", "max_new_tokens")
+    seen = {d["step"] for d in data}
+    assert seen >= set(range(1, final["total_steps"] + 1))  # at least one update per step
+    assert len(data) >= final["total_steps"]
+    cli = cli_generate(capsys, served, method="sequoia", **settings)
+    assert final["text"] == cli["text"]
+    assert final["total_tokens"] == len(cli["token_ids"])
+
+
+def test_race_at_temperature_zero_reports_identical_texts(client):
+    out = client.predict(PROMPT, ["ar", "chain", "specinfer", "sequoia", "sequoia-auto"], 10, 4, 0, 1, 20, 0,
+                         api_name="/race")
+    summary = out[-1]
+    assert summary["greedy"] and summary["identical"] is True
+    lanes = summary["lanes"]
+    assert len(lanes) == 5 and len({lane["text"] for lane in lanes}) == 1
+    assert all(lane["tokens"] > 0 and lane["tokens_per_second"] > 0 for lane in lanes)
+    assert "check passed" in out[4]
+
+
+def test_plan_returns_a_tree_of_the_requested_size(client):
+    out = client.predict("sequoia", 12, 5, False, 0, 1, api_name="/plan")
+    plan = out[-1]
+    assert plan["size"] == 12 and len(plan["parents"]) == 12 and plan["depth"] <= 5
+    assert plan["parents"][0] == -1
+    assert plan["expected_tokens"] >= 1
+    chain = client.predict("chain", 12, 5, False, 0, 1, api_name="/plan")[-1]
+    assert chain["size"] == 5
+
+
+def test_bad_input_is_a_clear_message_and_the_app_stays_usable(client):
+    with pytest.raises(Exception, match="prompt is empty"):
+        client.predict("   ", "ar", 8, 4, False, 0, 1, 8, 0, api_name="/generate")
+    with pytest.raises(Exception, match="minimum"):
+        client.predict("sequoia", 0, 5, False, 0, 1, api_name="/plan")
+    with pytest.raises(Exception, match="depth >= 2"):
+        client.predict("sequoia", 12, 1, False, 0, 1, api_name="/plan")
+    with pytest.raises(Exception, match="too small to sample"):
+        client.predict(PROMPT, "ar", 8, 4, False, 0.005, 1, 8, 0, api_name="/generate")
+    with pytest.raises(Exception, match="depth >= 2"):
+        client.predict(PROMPT, "chain", 8, 1, False, 0, 1, 8, 0, api_name="/generate")
+    out = client.predict(PROMPT, "ar", 8, 4, False, 0, 1, 8, 0, api_name="/generate")
+    assert out[6]["done"] and out[6]["total_tokens"] >= 1
+
+
+def test_measure_profile_and_load_models_are_usable(served, client):
+    planner = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/measure")
+    assert planner[-2]["acceptance_positions"] > 0  # the plan now uses the fresh vector
+    assert "positions" in planner[2]
+    prof = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/profile")
+    assert "overhead" in prof[5]
+    loaded = client.predict(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")
+    assert loaded[-1]["target"] == served["target"] and loaded[-1]["device"] == "cpu"
+    with pytest.raises(Exception, match="neither a local folder"):
+        client.predict("/no/such/model", served["target"], "cpu", "float32", api_name="/load_models")
+    assert served["ctx"].worker.describe()["draft"] == served["draft"]  # the loaded pair stayed
+
+
+def test_every_event_has_an_api_name(served):
+    from gradio_client import Client
+    info = Client(served["url"], verbose=False).view_api(return_format="dict", print_info=False)
+    names = set(info["named_endpoints"])
+    for name in ("/generate", "/race", "/plan", "/measure", "/profile", "/load_models", "/stop", "/replay",
+                 "/status"):
+        assert name in names, name
+    assert not info["unnamed_endpoints"]
+
+
+def test_replay_after_a_run(client):
+    out = client.predict(PROMPT, "chain", 8, 4, False, 0, 1, 16, 0, api_name="/generate")
+    steps = out[6]["total_steps"]
+    assert steps >= 2
+    replay = client.predict(2, api_name="/replay")
+    assert replay[2]["step"] == 2 and "Replaying step 2" in replay[3]
+    with pytest.raises(Exception, match="maximum|between 1 and"):
+        client.predict(steps + 5, api_name="/replay")
+
+
+def test_import_tree_json_and_growmap(client, tmp_path):
+    from gradio_client import handle_file
+    path = tmp_path / "tree.json"
+    path.write_text(json.dumps({"parents": [-1, 0, 0, 1, 2, 3]}))
+    out = client.predict(handle_file(str(path)), api_name="/import_tree")
+    assert out[-1]["size"] == 6 and "Imported" in out[0]
+    plan = client.predict("tree", 8, 4, False, 0, 1, api_name="/plan")[-1]
+    assert plan["parents"] == [-1, 0, 0, 1, 2, 3]
+    grow = tmp_path / "growmap.pt"
+    torch.save({"Successors": [[1, 2], [3], [], []], "size": 4}, grow)
+    out = client.predict(handle_file(str(grow)), api_name="/import_tree")
+    assert out[-1]["size"] == 4
+    gen = client.predict(PROMPT, "tree", 8, 4, False, 0, 1, 8, 0, api_name="/generate")
+    assert gen[6]["done"] and gen[6]["tree_size"] in (4, 1)  # the last event of a run may be the final one
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"parents": [0, 0]}')
+    with pytest.raises(Exception, match="root"):
+        client.predict(handle_file(str(bad)), api_name="/import_tree")
+
+
+def test_two_clients_at_once_both_finish(served):
+    import threading
+    results = {}
+
+    def run(name):
+        c = Client(served["url"], verbose=False)
+        results[name] = c.predict(PROMPT, "specinfer", 9, 3, False, 0, 1, 20, 0, api_name="/generate")[6]
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results["a"]["done"] and results["b"]["done"]
+    assert results["a"]["text"] == results["b"]["text"]

@@ -1,0 +1,123 @@
+"""Plot units on hand-made StepEvents: one marker per node, the accepted path highlighted,
+layouts stable per tree shape, observed acceptance counted right, text marked by step."""
+from app import plots, render
+from engine.decoding import NodeRecord, StepEvent
+from engine.tree import Tree
+
+
+def hand_made_event(step=3):
+    # root -> (1 accepted, 2 rejected); 1 -> (3 rejected, 4 accepted); 2 -> 5 never checked; bonus after 4
+    parents = [-1, 0, 0, 1, 1, 2]
+    spec = [("root", "a", None, None), ("accepted", "b", 0.5, 0.6), ("rejected", "c", 0.3, 0.1),
+            ("rejected", "d", 0.4, 0.2), ("accepted", "e", 0.3, 0.5), ("unreached", "f", None, None)]
+    tree = Tree(tuple(parents))
+    nodes = [NodeRecord(i, 10 + i, text, parents[i], tree.depth_of[i], tree.rank[i], q, p, status)
+             for i, (status, text, q, p) in enumerate(spec)]
+    nodes.append(NodeRecord(6, 99, " g", 4, 3, 0, None, 0.7, "bonus"))
+    return StepEvent(step=step, method="sequoia", tree_parents=parents, nodes=nodes, accepted_path=[0, 1, 4],
+                     accepted_ranks=[1, 2], new_token_ids=[11, 14, 99], new_text="be g", draft_seconds=0.01,
+                     verify_seconds=0.02, other_seconds=0.001, total_tokens=3 * step, total_steps=step,
+                     total_seconds=0.1 * step, prefill_seconds=0.05, text="xx" * (step - 1) + "be g")
+
+
+def node_traces(fig):
+    return [t for t in fig.data if t.meta in plots.STATUS_COLORS]
+
+
+def test_tree_figure_has_one_marker_per_node_coloured_by_status():
+    ev = hand_made_event()
+    fig = plots.tree_figure(ev, greedy=True)
+    traces = node_traces(fig)
+    assert sum(len([x for x in t.x if x is not None]) for t in traces) == len(ev.nodes) == 7
+    by_status = {t.meta: t for t in traces}
+    for status, color in plots.STATUS_COLORS.items():
+        assert by_status[status].marker.color == color
+    assert len(by_status["accepted"].x) == 2 and len(by_status["bonus"].x) == 1
+    assert fig.layout.uirevision == plots.UIREVISION
+
+
+def test_accepted_path_is_drawn_thick_through_the_path_nodes():
+    ev = hand_made_event()
+    fig = plots.tree_figure(ev, greedy=False)
+    pos = plots.tree_layout(tuple(ev.tree_parents))
+    path = next(t for t in fig.data if t.name == "accepted path")
+    edges = next(t for t in fig.data if t.name == "edges")
+    assert list(zip(path.x, path.y)) == [pos[i] for i in ev.accepted_path]
+    assert path.line.width >= 3 * edges.line.width
+    assert path.line.color == plots.STATUS_COLORS["accepted"]
+    hover = next(t for t in node_traces(fig) if t.meta == "rejected").hovertext[0]
+    assert "rank 2 of 2" in hover and "q = 0.300" in hover and "p = 0.100" in hover
+
+
+def test_layout_is_computed_once_per_shape_root_left_one_column_per_level():
+    parents = (-1, 0, 0, 1, 1, 2)
+    first = plots.tree_layout(parents)
+    assert plots.tree_layout(parents) is first  # cached: nodes never jump between steps
+    tree = Tree(parents)
+    assert [x for x, _ in first] == [float(d) for d in tree.depth_of]
+    # every parent sits midway between its first and last child; siblings keep rank order top-down
+    assert first[1][1] == (first[3][1] + first[4][1]) / 2
+    assert first[3][1] > first[4][1] > first[5][1]
+
+
+def test_big_tree_stays_readable():
+    from engine.plans import table_for
+    tree = table_for([0.5, 0.2, 0.1, 0.05, 0.03]).tree(128, 10)
+    ev = hand_made_event()
+    ev.tree_parents = list(tree.parents)
+    path = [0] + [c for c in [tree.children[0][0]]]
+    ev.accepted_path = path
+    ev.nodes = [NodeRecord(i, i, f"t{i}", tree.parents[i], tree.depth_of[i], tree.rank[i], 0.1, 0.1,
+                           "root" if i == 0 else ("accepted" if i in path else "unreached"))
+                for i in range(tree.size)]
+    fig = plots.tree_figure(ev, greedy=True)
+    traces = node_traces(fig)
+    assert sum(len([x for x in t.x if x is not None]) for t in traces) == 128
+    labels = [s for t in traces for s in (t.text or []) if s]
+    assert len(labels) < 128  # crowded: only the path keeps its labels
+    assert all(h for t in traces for h in (t.hovertext or []))  # hover never hides
+
+
+def test_plan_figure_one_marker_per_node():
+    tree = Tree.from_branching([3, 2, 1, 1])
+    fig = plots.plan_figure(tree, [0.6, 0.2, 0.1])
+    marks = next(t for t in fig.data if t.meta == "planned")
+    assert len(marks.x) == tree.size
+
+
+def test_observed_acceptance_counts_trials_per_rank():
+    ev = hand_made_event()
+    # root: 2 children, rank 1 accepted; node 1: 2 children, rank 2 accepted; node 4: leaf
+    assert plots.observed_acceptance([ev], 3) == [(1, 2), (1, 2), (0, 0)]
+    final = StepEvent(step=4, method="sequoia", tree_parents=[-1], nodes=[], accepted_path=[0], accepted_ranks=[],
+                      new_token_ids=[], new_text="", draft_seconds=0, verify_seconds=0, other_seconds=0,
+                      total_tokens=3, total_steps=3, total_seconds=0.3, prefill_seconds=0.05, text="", done=True,
+                      finish_reason="stopped")
+    assert plots.observed_acceptance([ev, final], 2) == [(1, 2), (1, 2)]
+
+
+def test_text_is_shaded_by_step_with_the_bonus_marked():
+    events = [hand_made_event(1), hand_made_event(2)]
+    events[1].text = events[0].text + events[1].new_text
+    html = render.text_html(events)
+    assert html.count('class="sq-step sq-s1"') == 1 + 1  # legend + step 1
+    assert html.count('class="sq-step sq-s0"') == 1 + 1  # legend + step 2
+    assert html.count('<span class="sq-bonus"> g</span>') == 2
+    assert 'title="step 2: 2 drafted tokens accepted + 1 bonus token (3 new)"' in html
+
+
+def test_other_charts_build():
+    import numpy as np
+    from engine.planner import choose_shape
+    from engine.plans import table_for
+    from engine.profiler import DeviceProfile
+    table = table_for([0.6, 0.2, 0.1])
+    prof = DeviceProfile({1: 0.01, 8: 0.012, 64: 0.03}, {1: 0.002, 8: 0.003}, 0.001, 16, 3, "d", "t", "cpu",
+                         "float32")
+    choice = choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
+                          budgets=range(1, 33), depths=range(1, 9))
+    assert plots.heatmap_figure(table.G, 32, 8, (choice.n, choice.d)).data[0].type == "heatmap"
+    assert np.isfinite(plots.speedup_figure(choice.grid, (choice.n, choice.d)).data[1].y[0])
+    assert len(plots.profile_figure(prof).data) == 2
+    assert len(plots.acceptance_figure([0.6, 0.2], [(3, 5), (1, 2)]).data) == 2
+    assert len(plots.race_figure({"a": [(0.1, 2)], "b": [(0.2, 3)]}).data) == 2
