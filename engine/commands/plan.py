@@ -29,6 +29,10 @@ def register(subparsers) -> None:
     g.add_argument("--target", default=None, help="target model (default: the embedded pair)")
     g.add_argument("--device", default="auto")
     g.add_argument("--dtype", default="auto")
+    g.add_argument("--target-device-map", default=None, help="accelerate device map for the target")
+    g.add_argument("--draft-device-map", default=None)
+    g.add_argument("--max-memory", default=None, help="e.g. gpu0=20GiB,cpu=60GiB")
+    g.add_argument("--offload-folder", default=None)
     g.add_argument("--temperature", type=float, default=None, help="use the pair's vector measured at this temperature")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--prompts", default=None, help="prompts file for measuring the vector if not cached")
@@ -135,7 +139,9 @@ def run_with_pair(args) -> int:
     prompts = read_prompts(args.prompts) if args.prompts else None
     if not args.auto:
         _budget_depth(args)
-    pair = load_pair(args.draft or DEFAULT, args.target or DEFAULT, device=args.device, dtype=args.dtype)
+    pair = load_pair(args.draft or DEFAULT, args.target or DEFAULT, device=args.device, dtype=args.dtype,
+                     target_device_map=args.target_device_map, draft_device_map=args.draft_device_map,
+                     max_memory=args.max_memory, offload_folder=args.offload_folder)
     if args.auto:
         plan = auto_plan(pair, settings, max_budget=args.max_budget, max_depth=args.depth or 16,
                          prompts=prompts, profile_kwargs={"max_budget": args.max_budget})
