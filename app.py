@@ -14,6 +14,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", default="default", help="target model: HF id, local folder, or 'default' (embedded)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
     p.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
+    g = p.add_argument_group("big targets (accelerate device maps)")
+    g.add_argument("--target-device-map", default=None,
+                   help="device map for the target: auto, balanced, balanced_low_0, sequential or a JSON file "
+                        "{module: device}")
+    g.add_argument("--draft-device-map", default=None, help="the same for the draft (default: one device)")
+    g.add_argument("--max-memory", default=None, help="per-device limits for device maps, e.g. gpu0=20GiB,cpu=60GiB")
+    g.add_argument("--offload-folder", default=None,
+                   help="where a device map may offload weights to disk (the page only allows folders inside "
+                        "the cache directory, plus this one)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
@@ -23,17 +32,39 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+PLACEMENT = ("target_device_map", "draft_device_map", "max_memory", "offload_folder")
+
+
+def build(args: argparse.Namespace, worker=None):
+    """The page around a worker that starts loading the pair at once. Returns (gr.Blocks, AppContext)."""
+    from app import create_app, ui
+    placement = {k: getattr(args, k) for k in PLACEMENT if getattr(args, k)}
+    if not placement:
+        return create_app(args.draft, args.target, args.device, args.dtype, worker=worker)
+    from app.state import AppContext, Sessions, load_prompts
+    from engine.worker import Worker
+    worker = worker or Worker()
+    ctx = AppContext(worker=worker, sessions=Sessions(), prompts=load_prompts())
+    worker.load(args.draft, args.target, args.device, args.dtype, **placement)
+    defaults = {"draft": args.draft, "target": args.target, "device": args.device, "dtype": args.dtype, **placement}
+    return ui.build(ctx, defaults), ctx
+
+
+def launch_kwargs(args: argparse.Namespace) -> dict:
+    from app import launch_options
+    return {"server_name": args.host, "server_port": args.port, "share": bool(args.share), "inbrowser": False,
+            **launch_options()}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    from app import create_app, launch_options
-    demo, ctx = create_app(args.draft, args.target, args.device, args.dtype)
+    demo, ctx = build(args)
     print(f"Sequoia Live on http://{args.host}:{args.port} (models load in the background)", file=sys.stderr)
     try:
-        demo.launch(server_name=args.host, server_port=args.port, share=args.share, inbrowser=False,
-                    **launch_options())
+        demo.launch(**launch_kwargs(args))
     finally:
         ctx.worker.close()
     return 0

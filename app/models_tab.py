@@ -1,30 +1,69 @@
-"""Models tab: load a draft/target pair by Hugging Face id or local path; device, dtype, memory."""
+"""Models tab: load a draft/target pair by Hugging Face id or local path (device, dtype, an
+accelerate device map for big targets, memory), and check that decoding on it is lossless."""
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 
 import gradio as gr
 
 from app import render
 from app.live import LIGHT, MODEL, user_message
 from app.state import AppContext
+from engine.check import CheckConfig
 from engine.errors import UserError
+from engine.models import parse_max_memory
+from engine.paths import cache_dir
 from engine.tree import TreeError
 from engine.worker import Progress
 
 log = logging.getLogger(__name__)
 DEVICES = ["auto", "cpu", "cuda", "mps"]
 DTYPES = ["auto", "float32", "bfloat16", "float16"]
+NO_MAP = "none"
+DEVICE_MAPS = [NO_MAP, "auto", "balanced", "sequential"]
+
+# The button's two checks. "full" is the engine's default (what `python -m engine check` runs);
+# "quick" keeps the three sections but checks one tree shape at one sampling setting on one prompt.
+CHECK_MODES = [("Quick: Sequoia tree, T = 1, one prompt", "quick"),
+               ("Full: the CLI's default check (Sequoia, SpecInfer, chain; T = 1 and T = 0.7 / top-p 0.9; "
+                "two prompts)", "full")]
+CHECK_MODE_NAMES = {value: label.split(":")[0].lower() + " check" for label, value in CHECK_MODES}
+VERDICT_COLORS = {"PASS": "var(--sq-accepted, #16a34a)", "WARN": "var(--sq-bonus, #d97706)",
+                  "FAIL": "var(--sq-rejected, #dc2626)", "STOPPED": "var(--sq-muted, #64748b)"}
+VERDICT_WORDS = {"PASS": "lossless as far as this check can tell", "WARN": "passed, with warnings",
+                 "FAIL": "NOT lossless on this pair", "STOPPED": "interrupted: partial report"}
 
 
-def pair_markdown(info: dict | None) -> str:
+def check_config(mode: str) -> CheckConfig:
+    if mode == "full":
+        return CheckConfig()
+    if mode == "quick":
+        return CheckConfig(num_prompts=1, methods=("sequoia",), sampling_settings=((1.0, 1.0),),
+                           sample_budget_seconds=45.0)
+    raise UserError(f"unknown check {mode!r} (use quick or full)")
+
+
+# ---------------------------------------------------------------- rendering
+def _placement_text(where: dict | None) -> str:
+    return " · ".join(f"{render.esc(str(dev))}: {n} module{'s' if n != 1 else ''}"
+                      for dev, n in sorted(where.items(), key=lambda kv: str(kv[0])))
+
+
+def pair_markdown(info: dict | None, loading: bool = False) -> str:
     if info is None:
-        return "No pair loaded."
-    return (f"| | model | parameters |\n|---|---|---|\n"
+        return "Loading the model pair… (progress in the header)" if loading else "No pair loaded."
+    text = (f"| | model | parameters |\n|---|---|---|\n"
             f"| draft | `{info['draft']}` | {render.human_count(info.get('draft_parameters'))} |\n"
             f"| target | `{info['target']}` | {render.human_count(info.get('target_parameters'))} |\n\n"
-            f"device **{info['device']}** · dtype **{info['dtype']}** · context {info.get('context_limit')} tokens · "
-            f"vocabulary {info.get('vocab_size')}")
+            f"device **{info['device']}** · dtype **{info['dtype']}** · context {info.get('context_limit')} "
+            f"tokens · vocabulary {info.get('vocab_size')}")
+    for role in ("target", "draft"):
+        where = info.get(f"{role}_device_map")
+        if where:
+            text += f"\n\n{role.capitalize()} placed by its device map — {_placement_text(where)}"
+    return text
 
 
 def memory_markdown(mem: dict) -> str:
@@ -43,6 +82,68 @@ def memory_markdown(mem: dict) -> str:
     return "Memory: " + " · ".join(parts) if parts else "Memory: —"
 
 
+def verdict_html(verdict: str | None, headline: str = "") -> str:
+    if verdict is None:
+        return ('<div class="sq-verdict sq-verdict-none" style="color: var(--sq-muted, #64748b); '
+                f'font-size: 0.9rem; padding: 6px 2px">{render.esc(headline or "No check run yet.")}</div>')
+    color = VERDICT_COLORS.get(verdict, VERDICT_COLORS["STOPPED"])
+    return (f'<div class="sq-verdict" data-verdict="{verdict}" style="display: flex; align-items: center; gap: 14px; '
+            f'padding: 10px 12px; border: 2px solid {color}; border-radius: 10px; margin: 4px 0">'
+            f'<span style="background: {color}; color: #fff; font-size: 1.8rem; font-weight: 800; '
+            f'letter-spacing: 0.04em; padding: 4px 16px; border-radius: 8px; line-height: 1.2">{verdict}</span>'
+            f'<span style="font-size: 1.05rem; font-weight: 600; color: {color}">'
+            f'{render.esc(VERDICT_WORDS.get(verdict, ""))}</span>'
+            f'<span style="margin-left: auto; font-size: 0.85rem; color: var(--sq-muted, #64748b)">'
+            f'{render.esc(headline)}</span></div>')
+
+
+def summary_markdown(report) -> str:
+    lines = report.summary().splitlines()
+    out = [f"**{lines[0]}**"] if lines else []
+    out += [f"- {line}" if not line.startswith("- ") else line for line in lines[1:]]
+    if report.estimate is not None:
+        out.append(f"- estimated beforehand: {report.estimate.message().removeprefix('estimated time: ')}")
+    return "\n".join(out)
+
+
+def _elapsed(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+# ---------------------------------------------------------------- paths and placement from the page
+def offload_folder(value: str | None, trusted: str | None = None) -> str | None:
+    """The offload folder typed on the page, kept inside the cache directory (the app writes
+    nowhere else). A relative name goes under <cache>/offload/. `trusted`: the folder given with
+    --offload-folder on the command line, allowed as it is."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    if trusted and text == str(trusted).strip():
+        return text
+    root = cache_dir().expanduser().resolve()
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        path = root / "offload" / path
+    path = path.resolve()
+    if path != root and root not in path.parents:
+        raise UserError(f"the offload folder must be inside the cache directory {root} (got {text}); "
+                        "start the app with --offload-folder to use another place")
+    return str(path)
+
+
+def device_map_choice(value: str | None, trusted: str | None = None) -> str | None:
+    """none/auto/balanced/sequential, or the map given on the command line (the page never opens a
+    map file named by a request)."""
+    text = (value or "").strip() or NO_MAP
+    if trusted and text == str(trusted).strip():
+        return text
+    if text not in DEVICE_MAPS:
+        raise UserError(f"device map must be one of {', '.join(DEVICE_MAPS)} (got {text!r}); a JSON map file "
+                        "can be given on the command line (--target-device-map)")
+    return None if text == NO_MAP else text
+
+
+# ---------------------------------------------------------------- the tab
 def build(ctx: AppContext, defaults: dict) -> dict:
     gr.Markdown("Load any draft/target pair that shares one tokenizer: a Hugging Face id (from the local cache, or "
                 "downloaded when the hub is reachable), a local folder, or `default` (the embedded Qwen2.5-Coder "
@@ -57,19 +158,74 @@ def build(ctx: AppContext, defaults: dict) -> dict:
         device = gr.Dropdown(DEVICES, value=defaults.get("device") or "auto", label="Device", allow_custom_value=True,
                              elem_id="sq-device")
         dtype = gr.Dropdown(DTYPES, value=defaults.get("dtype") or "auto", label="Dtype", elem_id="sq-dtype")
+    trusted = {k: defaults.get(k) for k in ("target_device_map", "draft_device_map", "offload_folder")}
+
+    def map_choices(key):
+        extra = trusted[key]
+        return DEVICE_MAPS + ([extra] if extra and extra not in DEVICE_MAPS else [])
+
+    placed = any(defaults.get(k) for k in ("target_device_map", "draft_device_map", "max_memory", "offload_folder"))
+    with gr.Accordion("Big targets: device map, memory limits, disk offload (accelerate)", open=bool(placed),
+                      elem_id="sq-placement"):
+        with gr.Row():
+            target_map = gr.Dropdown(map_choices("target_device_map"),
+                                     value=defaults.get("target_device_map") or NO_MAP, label="Target device map",
+                                     info="none: the whole target on the device above", elem_id="sq-target-map")
+            draft_map = gr.Dropdown(map_choices("draft_device_map"), value=defaults.get("draft_device_map") or NO_MAP,
+                                    label="Draft device map", info="none: the draft on the device above",
+                                    elem_id="sq-draft-map")
+        with gr.Row():
+            max_memory = gr.Textbox(label="Max memory per device", value=defaults.get("max_memory") or "",
+                                    placeholder="e.g. gpu0=20GiB,cpu=60GiB", elem_id="sq-max-memory")
+            offload = gr.Textbox(label="Offload folder (weights that fit nowhere go to disk here)",
+                                 value=defaults.get("offload_folder") or "",
+                                 placeholder=f"a name under {cache_dir() / 'offload'}", elem_id="sq-offload")
     with gr.Row():
         load = gr.Button("Load pair", variant="primary", elem_id="sq-load")
         refresh = gr.Button("Refresh memory", elem_id="sq-memory-btn")
     status = gr.Markdown("", elem_id="sq-load-status")
-    info = gr.Markdown(pair_markdown(ctx.worker.describe()), elem_id="sq-pair-info")
+    info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.loading), elem_id="sq-pair-info")
     memory = gr.Markdown(memory_markdown(ctx.worker.memory()), elem_id="sq-memory")
     pair_json = gr.JSON(label="Pair (raw)", visible=False)
 
-    def load_models(draft_v, target_v, device_v, dtype_v):
+    with gr.Group(elem_id="sq-check-box"):
+        gr.Markdown("### Check this pair\nDoes speculative decoding on the loaded pair reproduce the target exactly? "
+                    "Greedy output must equal the target's own `generate()`; sampled tokens are tested against the "
+                    "target's exact distribution (chi-square); tree masks, tokenizer and KV cache are checked. "
+                    "The time estimate is shown before the real work starts; **Stop** ends it early.",
+                    elem_classes="sq-note-block", padding=True)
+        with gr.Row(equal_height=True):
+            check_mode = gr.Radio(CHECK_MODES, value="quick", show_label=False, elem_id="sq-check-mode", scale=4)
+            check_btn = gr.Button("Check this pair", variant="primary", elem_id="sq-check", scale=1, min_width=160)
+            check_stop = gr.Button("Stop", variant="stop", elem_id="sq-check-stop", scale=0, min_width=80)
+    check_status = gr.Markdown("", elem_id="sq-check-status")
+    verdict = gr.HTML(verdict_html(None), elem_id="sq-check-verdict")
+    summary = gr.Markdown("", elem_id="sq-check-summary")
+    with gr.Accordion("Full check report", open=False, elem_id="sq-check-report-box"):
+        report_text = gr.Textbox(show_label=False, lines=12, max_lines=40, interactive=False, autoscroll=False,
+                                 buttons=["copy"], elem_id="sq-check-report")
+        report_json = gr.JSON(label="Report (raw, what the API returns)", elem_id="sq-check-json")
+
+    # ------------------------------------------------------------ handlers
+    def load_models(draft_v, target_v, device_v, dtype_v, target_map_v=NO_MAP, draft_map_v=NO_MAP,
+                    max_memory_v="", offload_v=""):
         draft_v, target_v = (draft_v or "").strip(), (target_v or "").strip()
-        if not draft_v or not target_v:
-            raise gr.Error("give both a draft and a target (an id, a folder, or 'default')")
-        job = ctx.worker.load(draft_v, target_v, device_v or None, dtype_v or None)
+        try:
+            if not draft_v or not target_v:
+                raise UserError("give both a draft and a target (an id, a folder, or 'default')")
+            memory_v = (max_memory_v or "").strip() or None
+            if memory_v:
+                parse_max_memory(memory_v)  # refuse a typo before queueing
+            placement = dict(target_device_map=device_map_choice(target_map_v, trusted["target_device_map"]),
+                             draft_device_map=device_map_choice(draft_map_v, trusted["draft_device_map"]),
+                             max_memory=memory_v, offload_folder=offload_folder(offload_v, trusted["offload_folder"]))
+            if (placement["max_memory"] or placement["offload_folder"]) and not (
+                    placement["target_device_map"] or placement["draft_device_map"]):
+                raise UserError("max memory and an offload folder need a device map (e.g. target device map: auto)")
+            job = ctx.worker.load(draft_v, target_v, device_v or None, dtype_v or None, **placement)
+        except UserError as exc:
+            yield {status: f"✗ {exc}"}
+            raise gr.Error(str(exc)) from None
         ahead = job.position
         yield {status: f"… waiting for {ahead} job(s) to finish first…" if ahead else "… loading…"}
         try:
@@ -87,13 +243,78 @@ def build(ctx: AppContext, defaults: dict) -> dict:
                    memory: memory_markdown(ctx.worker.memory())}
             raise gr.Error(user_message(exc)) from None
         desc = job.result
-        yield {status: f"✓ Loaded `{desc['draft']}` → `{desc['target']}` on {desc['device']} ({desc['dtype']}).",
-               info: pair_markdown(desc), memory: memory_markdown(ctx.worker.memory()), pair_json: desc}
+        where = desc.get("target_device_map")
+        placed_txt = f" Target placed by its device map — {_placement_text(where)}." if where else ""
+        yield {status: f"✓ Loaded `{desc['draft']}` → `{desc['target']}` on {desc['device']} ({desc['dtype']})."
+                       f"{placed_txt} Press **Check this pair** below to check that decoding on it is lossless.",
+               info: pair_markdown(desc), memory: memory_markdown(ctx.worker.memory()), pair_json: desc,
+               verdict: verdict_html(None), summary: "", report_text: "", report_json: None, check_status: ""}
 
     def show_memory():
-        return memory_markdown(ctx.worker.memory()), pair_markdown(ctx.worker.describe())
+        return memory_markdown(ctx.worker.memory()), pair_markdown(ctx.worker.describe(), ctx.worker.loading)
 
-    load.click(load_models, [draft, target, device, dtype], [status, info, memory, pair_json], api_name="load_models",
-               show_progress="minimal", show_progress_on=[status], **MODEL)
+    def check_pair(mode_v, request: gr.Request):
+        sess = ctx.sessions.get(request)
+        try:
+            config = check_config(mode_v)
+            if ctx.worker.pair is None and not ctx.worker.loading:
+                raise UserError("no model pair is loaded: load one above first")
+            job = sess.aux = ctx.worker.check(config)
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        ahead = job.position
+        waiting = (f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
+                   else "… timing one step of each method to estimate the duration…")
+        yield {check_status: waiting, verdict: verdict_html(None, "checking…"), summary: "", report_text: "",
+               report_json: None}
+        estimate, started = "", None
+        try:
+            for item in job.stream():
+                if not isinstance(item, Progress):
+                    continue
+                started = started or time.monotonic()
+                if item.message.startswith("estimated time"):
+                    estimate = item.message
+                pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
+                lines = [f"… {item.message}{pct} · {_elapsed(time.monotonic() - started)} so far"]
+                if estimate and item.message != estimate:
+                    lines.append(f"Estimate: {estimate.removeprefix('estimated time: ')}")
+                yield {check_status: "\n\n".join(lines)}
+        except GeneratorExit:  # the page went away or the event was cancelled
+            job.stop()
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a message
+            if not isinstance(exc, (UserError, TreeError)):
+                log.exception("check failed")
+            yield {check_status: f"✗ {user_message(exc)}", verdict: verdict_html(None, "The check could not run.")}
+            raise gr.Error(user_message(exc)) from None
+        finally:
+            if not job.done:
+                job.stop()
+        report = job.result
+        if report is None:
+            yield {check_status: "Check stopped before it started.", verdict: verdict_html(None)}
+            return
+        took = f"Checked in {_elapsed(report.seconds)}"
+        yield {verdict: verdict_html(report.verdict, f"{report.pair.get('draft')} → {report.pair.get('target')}"),
+               summary: summary_markdown(report), report_text: report.text(), report_json: report.to_dict(),
+               check_status: f"{took} ({CHECK_MODE_NAMES.get(mode_v, mode_v)})."}
+
+    def stop_check(request: gr.Request):
+        job = ctx.sessions.get(request).aux
+        if job is not None and not job.done and job.name == "check pair":
+            job.stop()
+            return "■ stopping the check after the current step…"
+        return "No check is running in this tab."
+
+    load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload]
+    # the pair's dict stays the last output (scripts read loaded[-1])
+    load_event = load.click(load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
+                                                       report_json, check_status, pair_json],
+                            api_name="load_models", show_progress="minimal", show_progress_on=[status], **MODEL)
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
-    return {"memory": memory, "info": info, "show_memory": show_memory}
+    check_btn.click(check_pair, check_mode, [check_status, verdict, summary, report_text, report_json],
+                    api_name="check", show_progress="minimal", show_progress_on=[check_status], **MODEL)
+    check_stop.click(stop_check, None, check_status, api_name="stop_check", show_progress="hidden", **LIGHT)
+    return {"memory": memory, "info": info, "show_memory": show_memory, "load_event": load_event}
+

@@ -4,11 +4,17 @@ Every event has an api_name, so gradio_client can do whatever the page does. Mod
 in one Gradio concurrency group ("model", one at a time) on top of the worker's own queue."""
 from __future__ import annotations
 
+import logging
+import math
+import types
+import weakref
+
 import gradio as gr
 
 from app import live, models_tab, planner_tab, race, render
 from app.state import AppContext
 
+log = logging.getLogger(__name__)
 STATUS_EVERY = 1.0  # seconds between header status refreshes
 QUEUE_SIZE = 16     # events waiting beyond this are answered "queue full"
 
@@ -28,15 +34,83 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 live_parts["planner_tab"] = planner_tab_block
                 planner_tab.build(ctx, live_parts)
             with gr.Tab("Models", id="models", elem_id="sq-tab-models"):
-                models_tab.build(ctx, defaults)
+                models_parts = models_tab.build(ctx, defaults)
 
-        def status():
-            return render.pair_line(ctx.worker.describe(), ctx.worker.status())
+        plan_fn, plan_inputs, plan_outputs = live_parts["first_plan"]
+        pair_info, pair_memory = models_parts["info"], models_parts["memory"]
 
+        def pair_now() -> dict:
+            """Header and the Models tab's pair and memory lines as they are now (the page was built
+            before the pair finished loading)."""
+            mem, info = models_parts["show_memory"]()
+            return {header: render.pair_line(ctx.worker.describe(), ctx.worker.status()), pair_info: info,
+                    pair_memory: mem}
+
+        def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+            """The page's first plan; remembers which pair it was made for (see status)."""
+            pair = ctx.worker.pair
+            out = plan_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
+            if pair is not None:
+                ctx.sessions.get(request).plan_pair = weakref.ref(pair)
+            return out
+
+        def page_open(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+            return {**first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request), **pair_now()}
+
+        def status(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+            """Header every second; and once a (new) pair is ready, its description in the Models
+            tab and the plan this page would use with it (the page may have opened while the pair
+            was loading, or another pair was loaded since)."""
+            out = {header: render.pair_line(ctx.worker.describe(), ctx.worker.status())}
+            pair, sess = ctx.worker.pair, ctx.sessions.get(request)
+            seen = getattr(sess, "plan_pair", None)
+            if pair is None or ctx.worker.loading or (seen is not None and seen() is pair):
+                return out
+            out.update(pair_now())
+            if sess.running:  # plan once the run is over (the run shows its own plan meanwhile)
+                return out
+            had_run = bool(sess.events)
+            try:
+                planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
+            except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
+                log.exception("planning for the newly loaded pair failed")
+                sess.plan_pair = weakref.ref(pair)
+                return out
+            if plan_md not in planned:
+                planned[plan_md], planned[plan_json] = render.plan_line(None), {}
+            if had_run:  # keep the finished run's tree and status on screen (its replay still works)
+                planned = {k: v for k, v in planned.items() if k in (plan_md, plan_json)}
+            out.update(planned)
+            return out
+
+        plan_md, plan_json = live_parts["plan_md"], live_parts["plan_json"]
         timer = gr.Timer(STATUS_EVERY)
-        timer.tick(status, None, header, api_name="status", show_progress="hidden", concurrency_limit=None)
-        fn, inputs, outputs = live_parts["first_plan"]
-        demo.load(fn, inputs, outputs, api_name="first_plan", show_progress="hidden", concurrency_limit=None)
+        timer.tick(status, plan_inputs, [header, *plan_outputs, pair_info, pair_memory], api_name="status",
+                   show_progress="hidden", concurrency_limit=None)
+        demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan",
+                  show_progress="hidden", concurrency_limit=None)
         demo.unload(ctx.sessions.drop)
+    guard_numbers(demo)
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     return demo
+
+
+def _guarded_preprocess(self, payload):
+    """A number field's value from a request: a finite number, else a clear message (Gradio's own
+    check lets NaN through and fails on strings with a bare TypeError)."""
+    if payload is not None:
+        name = self.label or "a number field"
+        if isinstance(payload, bool) or not isinstance(payload, (int, float)):
+            raise gr.Error(f"{name} must be a number (got {str(repr(payload))[:40]})")
+        if not math.isfinite(payload):
+            raise gr.Error(f"{name} must be a finite number (got {payload})")
+        if getattr(self, "precision", None) == 0 and payload != int(payload):
+            raise gr.Error(f"{name} must be a whole number (got {payload})")
+    return type(self).preprocess(self, payload)
+
+
+def guard_numbers(demo: gr.Blocks) -> None:
+    """Every Number and Slider of the page refuses NaN, infinities and non-numbers by name."""
+    for block in demo.blocks.values():
+        if isinstance(block, (gr.Number, gr.Slider)):
+            block.preprocess = types.MethodType(_guarded_preprocess, block)

@@ -149,6 +149,12 @@ class PeakMemory:
         elif "reset per run" in self.kind:
             self._reset_cpu()
 
+    def current(self) -> int | None:
+        """Memory in use now (the baseline a run's peak is compared with)."""
+        if self.device.type == "cuda":
+            return int(torch.cuda.memory_allocated(self.device))
+        return _vm_field("VmRSS")
+
     def peak(self) -> int:
         if self.device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self.device))
@@ -158,12 +164,16 @@ class PeakMemory:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _vm_hwm() -> int | None:
+def _vm_field(name: str) -> int | None:
     try:
-        m = re.search(r"VmHWM:\s+(\d+)\s*kB", Path("/proc/self/status").read_text())
+        m = re.search(name + r":\s+(\d+)\s*kB", Path("/proc/self/status").read_text())
     except OSError:
         return None
     return int(m.group(1)) * 1024 if m else None
+
+
+def _vm_hwm() -> int | None:
+    return _vm_field("VmHWM")
 
 
 def load_average() -> list[float] | None:
@@ -275,7 +285,9 @@ def build_methods(config: BenchConfig, temperature: float, acceptance: list[floa
 def run_once(pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings: Settings,
              memory: PeakMemory | None = None) -> dict:
     """One generation; wall time of the decode (prefill excluded) and its split."""
+    base = None
     if memory:
+        base = memory.current()
         memory.reset()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     draft = verify = engine_other = 0.0
@@ -295,7 +307,8 @@ def run_once(pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings:
             "tokens_per_step": last.total_tokens / last.total_steps if last.total_steps else 0.0,
             "finish_reason": last.finish_reason, "token_ids": list(last.token_ids),
             "cpu_utilisation": cpu / wall / max(torch.get_num_threads(), 1) if pair.device.type == "cpu" else None,
-            "peak_memory_bytes": memory.peak() if memory else None}
+            "peak_memory_bytes": (peak := memory.peak() if memory else None),
+            "peak_memory_above_start_bytes": peak - base if peak is not None and base is not None else None}
 
 
 # ------------------------------------------------------------------ the whole benchmark
@@ -379,7 +392,9 @@ DEFINITIONS = {
     "other_seconds": "decode wall time minus draft and verify: walk, KV commit, bookkeeping, text decoding",
     "predicted_tokens_per_step": "F(tree) under the positional acceptance model (Sequoia: G(n, d) from the DP)",
     "predicted_tokens_per_second": "predicted tokens/step over the step time modelled from the device profile",
-    "peak_memory_bytes": "max over the method's runs; see machine.peak_memory_kind",
+    "peak_memory_bytes": "max over the method's runs; see machine.peak_memory_kind (on CPU it includes the weights)",
+    "peak_memory_above_start_bytes": "max over runs of the peak minus the memory in use when the run started "
+                                     "(what the method itself adds: KV caches, activations, logits)",
 }
 
 
@@ -465,6 +480,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 "other_fraction": other / total if total else None,
                 "seconds": total, "tokens": tokens, "steps": steps, "prompts": len(rs),
                 "peak_memory_bytes": max((r["peak_memory_bytes"] or 0) for r in rs) or None,
+                "peak_memory_above_start_bytes": max((r["peak_memory_above_start_bytes"] or 0) for r in rs) or None,
                 "finish_reasons": [r["finish_reason"] for r in rs],
                 "by_kind": {},
             }
@@ -558,7 +574,7 @@ def _fmt(x, spec=".2f", none="-"):
 
 def format_table(report: dict) -> str:
     head = (f"{'T':>4} {'method':<26} {'n':>3} {'d':>2} {'tok/s med [min-max]':>22} {'speedup':>7} "
-            f"{'tok/step':>8} {'pred':>5} {'draft%':>6} {'verify%':>7} {'other%':>6} {'peakMB':>7}")
+            f"{'tok/step':>8} {'pred':>5} {'draft%':>6} {'verify%':>7} {'other%':>6} {'peakMB':>7} {'+runMB':>6}")
     lines = [head, "-" * len(head)]
     for r in report["results"]:
         spread = f"{r['tokens_per_second']:.2f} [{r['tokens_per_second_min']:.2f}-{r['tokens_per_second_max']:.2f}]"
@@ -567,7 +583,8 @@ def format_table(report: dict) -> str:
             f"{_fmt(r['speedup_vs_ar']):>7} {r['tokens_per_step']:>8.2f} {_fmt(r['predicted_tokens_per_step']):>5} "
             f"{_fmt(100 * (r['draft_fraction'] or 0), '.0f'):>6} {_fmt(100 * (r['verify_fraction'] or 0), '.0f'):>7} "
             f"{_fmt(100 * (r['other_fraction'] or 0), '.0f'):>6} "
-            f"{_fmt(r['peak_memory_bytes'] / 2**20 if r['peak_memory_bytes'] else None, '.0f'):>7}")
+            f"{_fmt(r['peak_memory_bytes'] / 2**20 if r['peak_memory_bytes'] else None, '.0f'):>7} "
+            f"{_fmt(r['peak_memory_above_start_bytes'] / 2**20 if r.get('peak_memory_above_start_bytes') else None, '.0f'):>6}")
     return "\n".join(lines)
 
 
@@ -661,6 +678,9 @@ def plot(report: dict, path: str | Path) -> Path:
                     py = [r[pred_key] for r in fr if r.get(pred_key)]
                     if py:
                         ax.plot(px, py, color=color, linestyle="--", alpha=0.7, label="sequoia predicted")
+            ar_rows = [r for r in rs if r["method"] == "ar"]
+            if ar_rows and field_ == "tokens_per_second":
+                ax.axhline(ar_rows[0][field_], color="black", linewidth=0.8, linestyle=":", label="ar level")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("tree nodes (root included; chain: depth)")
             ax.set_ylabel(label)

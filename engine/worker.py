@@ -95,6 +95,11 @@ class MethodSpec:
             check_shape(self.budget, self.depth)
         if self.kind in ("chain", "specinfer") and self.depth < 2:
             raise UserError(f"{self.kind} needs depth >= 2 (the root is level 1)")
+        if self.kind in ("chain", "specinfer"):
+            nodes = 1 + self.specinfer_width * (self.depth - 1) if self.kind == "specinfer" else self.depth
+            if nodes > self.budget:
+                raise UserError(f"{self.kind} with depth {self.depth} needs {nodes} nodes, above the budget of "
+                                f"{self.budget}; lower the depth or raise the budget")
 
     @property
     def specinfer_width(self) -> int:
@@ -467,8 +472,21 @@ class Worker:
 
     # ---- the jobs the app uses
     def load(self, draft: str = "default", target: str = "default", device: str | None = None,
-             dtype: str | None = None) -> Job:
-        return self.submit("load models", _load_job, draft, target, device, dtype)
+             dtype: str | None = None, *, target_device_map=None, draft_device_map=None, max_memory=None,
+             offload_folder=None) -> Job:
+        """Load a pair (see engine.models.load_pair for the device-map arguments). Result: describe()."""
+        placement = {"target_device_map": target_device_map, "draft_device_map": draft_device_map,
+                     "max_memory": max_memory, "offload_folder": offload_folder}
+        return self.submit("load models", _load_job, draft, target, device, dtype,
+                           **{k: v for k, v in placement.items() if v})
+
+    def check(self, config=None) -> Job:
+        """The losslessness self-check (engine.check.run_check) on the loaded pair. Stream: Progress
+        (the first message after the timing carries the time estimate). Result: CheckReport (its
+        verdict is STOPPED when the job was stopped)."""
+        if config is not None:
+            config.validate()
+        return self.submit("check pair", _check_job, config)
 
     def generate(self, prompt: str, spec: MethodSpec, settings: Settings, chat: bool | None = None,
                  plan: Callable[[], Tree | None] | None = None) -> Job:
@@ -580,7 +598,7 @@ def _release_device_memory() -> None:
 
 
 # ---------------------------------------------------------------- job bodies (run on the worker thread)
-def _load_job(ctx: JobContext, draft, target, device, dtype):
+def _load_job(ctx: JobContext, draft, target, device, dtype, **placement):
     from engine.models import load_pair
     worker = ctx.worker
     worker.loading = True
@@ -596,12 +614,17 @@ def _load_job(ctx: JobContext, draft, target, device, dtype):
         ctx.progress(fraction, message)
 
     try:
-        pair = load_pair(draft, target, device=device, dtype=dtype, progress=progress)
+        pair = load_pair(draft, target, device=device, dtype=dtype, progress=progress, **placement)
     finally:
         worker.loading = False
     worker._pair = pair
     worker.last_error = None
     return pair.describe()
+
+
+def _check_job(ctx: JobContext, config):
+    from engine.check import run_check
+    return run_check(ctx.pair, config, progress=ctx.progress, should_stop=ctx.should_stop)
 
 
 def _measuring(ctx: JobContext) -> dict:

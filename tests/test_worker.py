@@ -26,12 +26,16 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def worker():
+def worker(tmp_path_factory):
+    # a cache of its own: other tests measure vectors for the same tiny pair
+    patch = pytest.MonkeyPatch()
+    patch.setenv("SEQUOIA_CACHE", str(tmp_path_factory.mktemp("worker-cache")))
     draft, target = tiny_pair_dirs("llama")
     w = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
     w.load(str(draft), str(target), "cpu", "float32").wait(120)
     yield w
     w.close()
+    patch.undo()
 
 
 def steps(job):

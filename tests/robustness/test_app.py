@@ -1,0 +1,583 @@
+"""Robustness of the app (issue 7), launched in-process on a tiny pair and driven like a script would:
+bad input through the Gradio API, load, disconnects, and what the app may read and write.
+
+Every bad request must be answered with a clear message and change nothing: the pair stays
+loaded, and the next good request still gives exactly the CLI's output for the same settings
+(greedy Sequoia equals the target's own greedy text). Also the "Check this pair" button (issue 9),
+device-map loading from the page (issue 8) and the plan line filled in once a pair finishes loading."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import os
+import pickle
+import re
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.tiny import save_pair, tiny_pair_dirs
+
+pytest.importorskip("gradio")
+import httpx  # noqa: E402  (a gradio dependency)
+from gradio_client import Client, handle_file  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = "hello world"
+# the good request: greedy Sequoia, so its text must equal the CLI's (and the target's own greedy text)
+GOOD = dict(method="sequoia", budget=8, depth=4, temperature=0, top_p=1, max_new_tokens=24, seed=0)
+GEN_ARGS = ["prompt", "method", "budget", "depth", "hardware", "temperature", "top_p", "max_new_tokens", "seed"]
+
+
+def gen_args(**changes) -> list:
+    values = {"prompt": PROMPT, "hardware": False, **GOOD, **changes}
+    return [values[k] for k in GEN_ARGS]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(draft, target, load=True):
+    from app import create_app, launch_options
+    from engine.worker import Worker
+    worker = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
+    demo, ctx = create_app(str(draft), str(target), "cpu", "float32", worker=worker, load=False)
+    if load:
+        worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
+    return demo, ctx, f"http://127.0.0.1:{port}/"
+
+
+@pytest.fixture(scope="module")
+def served():
+    draft, target = tiny_pair_dirs("llama")
+    demo, ctx, url = launch(draft, target)
+    yield {"url": url, "ctx": ctx, "draft": str(draft), "target": str(target)}
+    demo.close()
+    ctx.worker.close()
+
+
+@pytest.fixture(scope="module")
+def reference(served) -> dict:
+    """The CLI's output for GOOD (a separate load of the same pair, as a user would run it)."""
+    from engine.cli import main
+    args = ["generate", "--draft", served["draft"], "--target", served["target"], "--device", "cpu", "--dtype",
+            "float32", "--prompt", PROMPT, "--json"]
+    for key, value in GOOD.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(args) == 0
+    ref = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert ref["text"]
+    return ref
+
+
+@pytest.fixture()
+def client(served):
+    return Client(served["url"], verbose=False)
+
+
+@pytest.fixture()
+def jobs(served, monkeypatch):
+    """Every job the page submits to the worker during the test."""
+    worker, seen = served["ctx"].worker, []
+    original = worker.submit
+
+    def spy(*args, **kwargs):
+        job = original(*args, **kwargs)
+        seen.append(job)
+        return job
+
+    monkeypatch.setattr(worker, "submit", spy)
+    return seen
+
+
+def still_exact(client, reference) -> float:
+    """A good request after a bad one: its text equals the CLI's. Returns seconds to its first step."""
+    t0 = time.monotonic()
+    job = client.submit(*gen_args(), api_name="/generate")
+    first = None
+    for update in job:
+        if first is None and isinstance(update[6], dict) and "step" in update[6]:
+            first = time.monotonic() - t0
+    step = job.result()[6]
+    assert step["done"] and step["text"] == reference["text"], (step, reference["text"])
+    return first if first is not None else time.monotonic() - t0
+
+
+def raw_call(url: str, api: str, data: list) -> tuple[str, object]:
+    """Call an endpoint over plain HTTP (JSON that gradio_client cannot send: NaN, a forged file).
+    Returns ("error", message) or ("complete", outputs)."""
+    base = url.rstrip("/")
+    body = json.dumps({"data": data})  # NaN and Infinity as JavaScript literals, as a browser could send
+    r = httpx.post(f"{base}/gradio_api/call/{api}", content=body, headers={"content-type": "application/json"},
+                   timeout=30)
+    r.raise_for_status()
+    event, payload = None, None
+    with httpx.stream("GET", f"{base}/gradio_api/call/{api}/{r.json()['event_id']}", timeout=60) as s:
+        for line in s.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event in ("error", "complete"):
+                payload = json.loads(line.split(":", 1)[1])
+                break
+    if event == "error":
+        return "error", (payload or {}).get("error") if isinstance(payload, dict) else payload
+    return event, payload
+
+
+# ================================================================== bad input
+BAD_GENERATE = [
+    ("empty prompt", dict(prompt=""), "prompt is empty"),
+    ("whitespace prompt", dict(prompt="  \n\t  "), "prompt is empty"),
+    ("max new tokens 0", dict(max_new_tokens=0), "less than minimum value 1"),
+    ("max new tokens negative", dict(max_new_tokens=-5), "less than minimum value 1"),
+    ("max new tokens huge", dict(max_new_tokens=10**9), "between 1 and 8192"),
+    ("max new tokens fraction", dict(max_new_tokens=2.5), "Max new tokens must be a whole number"),
+    ("budget 0", dict(budget=0), "less than minimum value 1"),
+    ("budget above the maximum", dict(budget=129), "greater than maximum value 128"),
+    ("budget not a number", dict(budget="lots"), "must be a number"),
+    ("depth 0", dict(depth=0), "less than minimum value 1"),
+    ("depth above the maximum", dict(depth=17), "greater than maximum value 16"),
+    ("temperature negative", dict(temperature=-0.5), "less than minimum value 0"),
+    ("temperature huge", dict(temperature=1e6), "greater than maximum value 2"),
+    ("temperature too small to sample", dict(temperature=0.001), "too small to sample"),
+    ("top-p 0", dict(top_p=0), "less than minimum value 0.05"),
+    ("top-p above 1", dict(top_p=1.5), "greater than maximum value 1"),
+    ("seed not a number", dict(seed="abc"), "Seed must be a number"),
+    ("seed not an integer", dict(seed=1.5), "Seed must be a whole number"),
+    ("seed negative", dict(seed=-3), "less than minimum value 0"),
+    ("seed too large", dict(seed=2**70), "seed must be a non-negative integer"),
+    ("unknown method", dict(method="beam"), "beam"),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("changes,message", [c[1:] for c in BAD_GENERATE], ids=[c[0] for c in BAD_GENERATE])
+def test_bad_generate_input_is_refused_before_the_worker(served, client, reference, jobs, changes, message):
+    pair = served["ctx"].worker.pair
+    with pytest.raises(Exception, match=message):
+        client.predict(*gen_args(**changes), api_name="/generate")
+    assert jobs == []  # refused on the way in: nothing queued, nothing run
+    assert served["ctx"].worker.pair is pair
+    still_exact(client, reference)
+
+
+RAW_BAD = [("temperature NaN", dict(temperature=float("nan")), "Temperature .* must be a finite number"),
+           ("temperature infinite", dict(temperature=float("inf")), "Temperature .* must be a finite number"),
+           ("top-p NaN", dict(top_p=float("nan")), "Top-p must be a finite number"),
+           ("budget NaN", dict(budget=float("nan")), "must be a finite number"),
+           ("max new tokens infinite", dict(max_new_tokens=float("inf")), "Max new tokens must be a finite number"),
+           ("seed NaN", dict(seed=float("nan")), "Seed must be a finite number")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("changes,message", [c[1:] for c in RAW_BAD], ids=[c[0] for c in RAW_BAD])
+def test_nan_and_infinity_are_refused_by_name(served, client, reference, jobs, changes, message):
+    event, error = raw_call(served["url"], "generate", gen_args(**changes))
+    assert event == "error"
+    assert error and re.search(message, error), error
+    assert jobs == []
+    still_exact(client, reference)
+
+
+@pytest.mark.timeout(60)
+def test_a_prompt_longer_than_the_context_is_the_engines_message(served, client, reference, jobs):
+    limit = served["ctx"].worker.describe()["context_limit"]
+    assert limit == 256
+    updates = []
+    job = client.submit(*gen_args(prompt="a" * 300), api_name="/generate")
+    with pytest.raises(Exception, match=r"the prompt has 300 tokens but the models' context holds 256"):
+        for update in job:
+            updates.append(update)
+        job.result()
+    # the page's status line said it too, not only the pop-up
+    assert any(isinstance(u[0], str) and "context holds 256" in u[0] for u in updates), [u[0] for u in updates]
+    assert [j.state for j in jobs] == ["failed"]
+    still_exact(client, reference)
+
+
+@pytest.mark.timeout(60)
+def test_depth_above_the_budget_keeps_sequoia_within_the_budget(client, reference):
+    plan = client.predict("sequoia", 8, 12, False, 0, 1, api_name="/plan")[-1]
+    assert plan["size"] <= 8 and plan["depth"] <= 8
+    out = client.predict(*gen_args(budget=8, depth=12), api_name="/generate")[6]
+    assert out["text"] == reference["text"]
+
+
+@pytest.mark.timeout(30)
+def test_chain_depth_above_the_budget_is_refused(client):
+    for method in ("chain", "specinfer"):
+        with pytest.raises(Exception, match="above the budget"):
+            client.predict(method, 8, 12, False, 0, 1, api_name="/plan")
+
+
+# ------------------------------------------------------------------ tree files
+class Payload:
+    """Unpickling this creates `marker` (open(marker, "w")): code a tree file must never run."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.mark.timeout(90)
+def test_bad_tree_files_are_refused_and_the_imported_tree_stays(served, client, reference, tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"parents": [-1, 0, 0, 1]}))
+    client.predict(handle_file(str(good)), api_name="/import_tree")
+
+    marker = tmp_path / "PWNED"
+    zipped = tmp_path / "evil.pt"
+    torch.save({"Successors": [[1], []], "size": 2, "x": Payload(marker)}, zipped)
+    legacy = tmp_path / "evil-legacy.pt"
+    legacy.write_bytes(pickle.dumps({"Successors": [[1], []], "x": Payload(marker)}))
+    cases = {
+        "not-json.json": ("{ not json", "not valid JSON"),
+        "cycle.json": (json.dumps({"parents": [-1, 2, 1]}), "cycle"),
+        "no-root.json": (json.dumps({"parents": [0, 0]}), "exactly one root"),
+        "too-big.json": (json.dumps({"parents": [-1] + [0] * 1024}), "at most 1024"),
+        "empty.json": ("", "empty"),
+        "corrupt.pt": (b"PK\x03\x04 this is not a torch archive", "could not be read"),
+        "evil.pt": (zipped.read_bytes(), "refused .*never executed"),
+        "evil-legacy.pt": (legacy.read_bytes(), "refused .*never executed"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / "upload" / name
+        path.parent.mkdir(exist_ok=True)
+        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+        with pytest.raises(Exception, match=message):
+            client.predict(handle_file(str(path)), api_name="/import_tree")
+        assert not marker.exists(), f"{name}: pickled code ran"
+        plan = client.predict("tree", 8, 4, False, 0, 1, api_name="/plan")[-1]
+        assert plan["parents"] == [-1, 0, 0, 1], name  # the tree imported before is still the one in use
+
+    # the payloads were real: plain unpickling would have run them
+    proof = tmp_path / "proof"
+    pickle.loads(pickle.dumps(Payload(proof))).close()
+    assert proof.exists()
+    still_exact(client, reference)
+
+
+# ------------------------------------------------------------------ loading pairs
+@pytest.mark.timeout(120)
+def test_bad_pairs_leave_the_loaded_pair_in_use(served, client, reference, tmp_path):
+    worker = served["ctx"].worker
+    pair = worker.pair
+    with pytest.raises(Exception, match="neither a local folder nor a model in the local Hugging Face cache"):
+        client.predict("no-such-org/no-such-model-7b", served["target"], "cpu", "float32", api_name="/load_models")
+    assert worker.pair is pair
+    other_draft, _ = save_pair(tmp_path, chars="xyz0123")
+    with pytest.raises(Exception, match="tokenizers differ"):
+        client.predict(str(other_draft), served["target"], "cpu", "float32", api_name="/load_models")
+    assert worker.pair is pair and worker.describe()["draft"] == served["draft"]
+    with pytest.raises(Exception, match="give both a draft and a target"):
+        client.predict("  ", served["target"], "cpu", "float32", api_name="/load_models")
+    with pytest.raises(Exception, match="unknown device"):
+        client.predict(served["draft"], served["target"], "tpu", "float32", api_name="/load_models")
+    assert worker.pair is pair
+    still_exact(client, reference)
+
+
+@pytest.mark.timeout(60)
+def test_placement_fields_are_checked_before_anything_is_read_or_written(served, client, reference, jobs, tmp_path,
+                                                                         monkeypatch):
+    from engine import models
+    opened = []
+    original = models.parse_device_map
+    monkeypatch.setattr(models, "parse_device_map", lambda v: opened.append(v) or original(v))
+    map_file = tmp_path / "map.json"
+    map_file.write_text(json.dumps({"": "cpu"}))
+    outside = tmp_path / "offload-outside"
+    d, t = served["draft"], served["target"]
+    cases = [
+        # a map file named by a request, or an unknown name: the dropdown's choices (or the handler) refuse it
+        ((str(map_file), "none", "", ""), "not in the list of choices|device map must be one of"),
+        (("none", "everywhere", "", ""), "not in the list of choices|device map must be one of"),
+        (("auto", "none", "", str(outside)), "must be inside the cache directory"),
+        (("auto", "none", "", "../../escape"), "must be inside the cache directory"),
+        (("auto", "none", "tpu=3GiB", ""), "unknown device 'tpu'"),
+        (("none", "none", "cpu=1GiB", ""), "need a device map"),
+    ]
+    for (target_map, draft_map, max_memory, offload), message in cases:
+        with pytest.raises(Exception, match=message):
+            client.predict(d, t, "cpu", "float32", target_map, draft_map, max_memory, offload,
+                           api_name="/load_models")
+    assert jobs == [] and opened == []
+    assert not outside.exists()
+    still_exact(client, reference)
+
+
+@pytest.mark.timeout(120)
+def test_device_map_load_shows_where_the_target_went_and_stays_exact(served, client, reference):
+    from engine.paths import cache_dir
+    d, t = served["draft"], served["target"]
+    try:
+        # a few KB of CPU memory pushes nearly every layer of the target to disk, in the cache directory
+        out = client.predict(d, t, "cpu", "float32", "auto", "none", "cpu=100KB", "offload-test",
+                             api_name="/load_models")
+        where = out[-1]["target_device_map"]
+        assert where and where.get("disk", 0) > 0, where
+        assert "placed by its device map" in out[0] and "disk:" in out[0]
+        assert "disk:" in out[1]  # the pair table says it too
+        assert (cache_dir().resolve() / "offload" / "offload-test").is_dir()
+        still_exact(client, reference)
+    finally:
+        back = client.predict(d, t, "cpu", "float32", api_name="/load_models")[-1]
+        assert back["target_device_map"] is None
+
+
+# ================================================================== load
+@pytest.mark.timeout(120)
+def test_three_clients_at_once_all_finish_one_job_at_a_time(served, reference, jobs):
+    results, errors = {}, []
+
+    def stream(name):
+        try:
+            job = Client(served["url"], verbose=False).submit(*gen_args(), api_name="/generate")
+            steps = [u[6]["step"] for u in job if isinstance(u[6], dict) and "step" in u[6]]
+            results[name] = (job.result()[6], steps)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{name}: {exc!r}")
+
+    def predict():
+        try:
+            results["third"] = (Client(served["url"], verbose=False).predict(*gen_args(method="chain"),
+                                                                                api_name="/generate")[6], None)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"third: {exc!r}")
+
+    threads = [threading.Thread(target=stream, args=(n,)) for n in ("a", "b")] + [threading.Thread(target=predict)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(100)
+    assert not errors, errors
+    assert set(results) == {"a", "b", "third"}
+    for name, (final, steps) in results.items():
+        assert final["done"] and final["text"] == reference["text"], name
+        if steps is not None:
+            assert steps and steps[-1] == final["total_steps"]  # streamed step by step
+    runs = sorted((j for j in jobs if j.name == "generate"), key=lambda j: j.started_at)
+    assert len(runs) == 3 and all(j.state == "done" for j in runs)
+    for before, after in zip(runs, runs[1:]):
+        assert after.started_at >= before.finished_at  # never two on the models at once
+
+
+@pytest.mark.timeout(180)
+def test_fifty_requests_at_once_are_run_or_told_the_queue_is_full(served, client, reference, jobs):
+    from app.ui import QUEUE_SIZE
+    clients = [Client(served["url"], verbose=False) for _ in range(5)]
+    done, full, other = [], [], []
+    lock = threading.Lock()
+
+    def one(i):
+        try:
+            out = clients[i % len(clients)].predict(*gen_args(max_new_tokens=4, method="ar"), api_name="/generate")
+            with lock:
+                done.append(out[6])
+        except Exception as exc:  # noqa: BLE001
+            with lock:
+                (full if "queue is full" in str(exc).lower() else other).append(repr(exc))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(50)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(150)
+    assert not other, other[:3]
+    assert len(done) + len(full) == 50  # every request was answered: run, or told why not
+    assert done and full, f"{len(done)} run, {len(full)} turned away: the queue limit (max_size "
+    f"{QUEUE_SIZE}) is not in force"
+    assert all(d["done"] and d["total_tokens"] == 4 for d in done)
+    assert len([j for j in jobs if j.name == "generate"]) == len(done)  # refused ones never reached the worker
+    assert still_exact(client, reference) < 10
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["cancel", "drop the connection"])
+def test_a_client_that_goes_away_stops_its_job_and_frees_the_worker(served, client, reference, jobs, how):
+    worker = served["ctx"].worker
+    long_run = gen_args(method="ar", max_new_tokens=240)
+    if how == "cancel":
+        job = client.submit(*long_run, api_name="/generate")
+        deadline = time.monotonic() + 30
+        while not any(j.state == "running" for j in jobs) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        job.cancel()
+    else:
+        base = served["url"].rstrip("/")
+        r = httpx.post(f"{base}/gradio_api/call/generate", content=json.dumps({"data": long_run}),
+                       headers={"content-type": "application/json"}, timeout=30)
+        with httpx.stream("GET", f"{base}/gradio_api/call/generate/{r.json()['event_id']}", timeout=30) as s:
+            for i, _ in enumerate(s.iter_lines()):
+                if i > 8 and any(j.state == "running" for j in jobs):
+                    break  # leaving the block closes the connection mid-stream
+    run = next(j for j in jobs if j.name == "generate")
+    run.wait(10)
+    assert run.state == "stopped" and run.result.finish_reason == "stopped"
+    assert run.result.total_tokens < 240
+    assert worker.current is None or worker.current is not run
+    assert still_exact(client, reference) < 5  # the next request starts at once
+
+
+# ================================================================== the check button (issue 9)
+@pytest.mark.timeout(120)
+def test_check_this_pair_shows_the_estimate_then_a_verdict(served, client):
+    job = client.submit("quick", api_name="/check")
+    statuses = [u[0] for u in job]
+    status, verdict, summary, text, report = job.result()
+    assert any("estimated time" in s for s in statuses), statuses  # the estimate came before the work
+    assert report["verdict"] == "PASS", text
+    assert 'data-verdict="PASS"' in verdict and "PASS" in verdict
+    assert summary.startswith("**PASS")
+    assert "greedy:" in text and "sampling:" in text and "structure:" in text
+    assert report["config"]["methods"] == ["sequoia"] and "Checked in" in status
+
+
+@pytest.mark.timeout(120)
+def test_the_check_can_be_stopped(served, client, jobs):
+    job = client.submit("full", api_name="/check")
+    deadline = time.monotonic() + 60
+    for update in job:
+        if "estimated time" in (update[0] or "") or time.monotonic() > deadline:
+            break
+    assert "stopping" in client.predict(api_name="/stop_check")
+    status, verdict, summary, text, report = job.result()
+    assert report["verdict"] == "STOPPED" and 'data-verdict="STOPPED"' in verdict
+    checks = [j for j in jobs if j.name == "check pair"]
+    assert len(checks) == 1 and checks[0].done
+    with pytest.raises(Exception, match="not in the list of choices"):
+        client.predict("thorough", api_name="/check")
+
+
+# ================================================================== the plan line after a late load
+@pytest.mark.timeout(120)
+def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading():
+    draft, target = tiny_pair_dirs("llama")
+    demo, ctx, url = launch(draft, target, load=False)
+    try:
+        page = Client(url, verbose=False)
+        plan_args = ("ar", 8, 4, False, 0, 1)
+        first = page.predict(*plan_args, api_name="/first_plan")  # the page opens: no pair yet
+        assert "still loading" in first[2] and "No pair loaded" in first[5]
+        ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+        header, plan_line, _tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
+        assert "Plan:" in plan_line and "autoregressive" in plan_line, plan_line
+        assert plan["size"] == 1 and "still loading" not in (status or "")
+        assert str(target) in info and "model weights" in memory  # the Models tab follows too
+        assert str(target) in header
+    finally:
+        demo.close()
+        ctx.worker.close()
+
+
+# ================================================================== safety
+def _app_main():
+    spec = importlib.util.spec_from_file_location("sequoia_app_main", ROOT / "app.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_app_binds_to_this_machine_and_never_shares_by_default(monkeypatch):
+    main = _app_main()
+    args = main.parse_args([])
+    assert args.host == "127.0.0.1" and args.share is False
+    launched = {}
+
+    class FakeDemo:
+        def launch(self, **kwargs):
+            launched.update(kwargs)
+
+    class FakeWorker:
+        closed = False
+
+        def close(self):
+            FakeWorker.closed = True
+
+    class FakeCtx:
+        worker = FakeWorker()
+
+    monkeypatch.setattr(main, "build", lambda a: (FakeDemo(), FakeCtx()))
+    assert main.main([]) == 0
+    assert launched["server_name"] == "127.0.0.1" and launched["share"] is False and FakeWorker.closed
+    flags = main.parse_args(["--target-device-map", "auto", "--max-memory", "cpu=1GiB", "--offload-folder", "/x"])
+    assert (flags.target_device_map, flags.max_memory, flags.offload_folder) == ("auto", "cpu=1GiB", "/x")
+
+
+@pytest.mark.timeout(60)
+def test_a_file_not_uploaded_is_never_opened(served, client, monkeypatch, tmp_path):
+    from app import planner_tab
+    read = []
+    original = planner_tab.read_tree_file
+    monkeypatch.setattr(planner_tab, "read_tree_file", lambda p: read.append(p) or original(p))
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"parents": [-1, 0]}))
+    for forged in ({"path": str(secret), "meta": {"_type": "gradio.FileData"}},
+                   {"path": "/etc/hostname", "meta": {"_type": "gradio.FileData"}}):
+        event, _ = raw_call(served["url"], "import_tree", [forged])
+        assert event == "error"
+    assert read == []
+    good = tmp_path / "up.json"
+    good.write_text(json.dumps({"parents": [-1, 0, 0]}))
+    client.predict(handle_file(str(good)), api_name="/import_tree")
+    assert len(read) == 1 and Path(read[0]).name == "up.json" and Path(read[0]) != good  # Gradio's own copy
+
+
+@pytest.mark.timeout(60)
+def test_the_page_writes_only_to_the_cache_and_temp_folders(served, client, tmp_path):
+    from app import planner_tab
+    from engine.paths import cache_dir
+    before = set(os.listdir(ROOT)), set(os.listdir(os.getcwd()))
+    # the export goes to the app's own temp folder: no request names a path to write
+    info = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    assert {p["component"] for p in info["/planner"]["parameters"]} <= {"Dropdown", "Slider", "Checkbox"}
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/planner")
+    exported = list(planner_tab.EXPORT_DIR.glob("*.json"))
+    assert exported and Path(tempfile.gettempdir()).resolve() in planner_tab.EXPORT_DIR.resolve().parents
+    client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/measure")
+    vectors = list((cache_dir() / "acceptance").glob("*.json"))
+    assert vectors  # measurements are cached under the cache directory
+    assert (set(os.listdir(ROOT)), set(os.listdir(os.getcwd()))) == before
+
+
+@pytest.mark.timeout(120)
+def test_command_line_placement_reaches_the_load_and_the_page(tmp_path):
+    from app import models_tab
+    main = _app_main()
+    draft, target = tiny_pair_dirs("llama")
+    outside = tmp_path / "offload-from-the-command-line"  # not in the cache: allowed because the owner typed it
+    args = main.parse_args(["--draft", str(draft), "--target", str(target), "--device", "cpu", "--dtype", "float32",
+                            "--target-device-map", "auto", "--max-memory", "cpu=100KB",
+                            "--offload-folder", str(outside)])
+    demo, ctx = main.build(args)
+    try:
+        deadline = time.monotonic() + 90
+        while ctx.worker.pair is None and time.monotonic() < deadline:
+            assert ctx.worker.last_error is None, ctx.worker.last_error
+            time.sleep(0.1)
+        assert "disk" in ctx.worker.describe()["target_device_map"] and outside.is_dir()
+        fields = {b.elem_id: getattr(b, "value", None) for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+        assert fields["sq-target-map"] == "auto" and fields["sq-max-memory"] == "cpu=100KB"
+        assert fields["sq-offload"] == str(outside) and fields["sq-draft-map"] == "none"
+        assert models_tab.offload_folder(str(outside), trusted=str(outside)) == str(outside)
+        with pytest.raises(models_tab.UserError, match="inside the cache directory"):
+            models_tab.offload_folder(str(tmp_path / "elsewhere"), trusted=str(outside))
+    finally:
+        ctx.worker.close()

@@ -1,0 +1,123 @@
+"""`python -m engine bench --quick` on the tiny pair: the report's structure (not its speed);
+the synthetic GPU profile on CPU with tiny sizes; the optional oneDNN linear path is exact."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import bench, methods
+from engine.decoding import generate_ids
+from engine.models import encode_prompt, load_pair
+from engine.settings import Settings
+from engine.tree import Tree
+from tests.tiny import tiny_pair_dirs
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT_KEYS = {"method", "temperature", "nodes", "depth", "width", "tokens_per_second", "tokens_per_step",
+               "speedup_vs_ar", "predicted_tokens_per_step", "draft_seconds", "verify_seconds", "other_seconds",
+               "peak_memory_bytes"}
+
+
+def engine(*args, timeout=240):
+    # one thread: tiny forwards are dominated by thread hand-offs, which stall when other
+    # processes share the cores; the test checks structure, not speed
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "engine", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_bench_quick_structure(tmp_path):
+    draft, target = tiny_pair_dirs("llama")
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    run = engine("bench", "--quick", "--draft", draft, "--target", target, "--json", out, "--plot", png)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "tok/s" in run.stdout and "speedup" in run.stdout  # the table
+    report = json.loads(out.read_text())
+    assert png.stat().st_size > 10_000
+    assert {"machine", "results"} <= set(report)
+    machine = report["machine"]
+    for key in ("processor", "torch_threads", "torch", "transformers", "load_average_start", "load_average_end"):
+        assert key in machine, key
+    results = report["results"]
+    assert {r["method"] for r in results} == {"ar", "chain", "specinfer", "sequoia", "sequoia-auto"}
+    assert {r["temperature"] for r in results} == {0.0, 0.7}
+    for r in results:
+        assert RESULT_KEYS <= set(r), RESULT_KEYS - set(r)
+        assert r["tokens_per_second"] > 0 and r["tokens_per_step"] >= 1
+        assert r["draft_seconds"] >= 0 and r["verify_seconds"] > 0 and r["other_seconds"] >= 0
+        assert r["peak_memory_bytes"] > 0
+        if r["method"] in ("sequoia", "sequoia-auto"):
+            assert r["predicted_tokens_per_step"] >= 1
+        if r["method"] == "specinfer":
+            assert r["width"] == 2 and r["nodes"] == 2 * (r["depth"] - 1) + 1
+        if r["method"] == "ar":
+            assert r["speedup_vs_ar"] == pytest.approx(1.0) and r["draft_seconds"] < 0.05 * r["verify_seconds"]
+        if r["temperature"] == 0:
+            assert r["matches_ar"], r["label"]  # greedy: every method reproduces autoregressive
+    # one Sequoia tree at the SpecInfer node count, so the two can be compared
+    for t in (0.0, 0.7):
+        si = [r["nodes"] for r in results if r["method"] == "specinfer" and r["temperature"] == t]
+        assert set(si) <= {r["nodes"] for r in results if r["method"] == "sequoia" and r["temperature"] == t}
+    # acceptance vectors and the profile say whether this run measured them
+    assert set(report["acceptance"]) == {"0", "0.7"}
+    assert all("measured_in_run" in a and a["source"] for a in report["acceptance"].values())
+    assert "measured_in_run" in report["profile"]
+    assert report["goals"] and all({"goal", "measured", "met"} <= set(g) for g in report["goals"])
+    # every counted run is in the JSON: methods x prompts x temperatures
+    n_methods = len(results) // 2
+    assert len(report["runs"]) == n_methods * len(report["prompts"]) * 2
+
+
+def test_bench_rejects_bad_flags():
+    draft, target = tiny_pair_dirs("llama")
+    run = engine("bench", "--quick", "--draft", draft, "--target", target, "--specinfer", "2by4")
+    assert run.returncode == 2 and "error:" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_synthetic_profile_on_cpu(tmp_path):
+    out = tmp_path / "syn.json"
+    run = engine("profile", "--synthetic", "--draft-config", "tiny", "--target-config",
+                 "tiny-target:num_hidden_layers=2", "--device", "cpu", "--max-budget", "8", "--repeats", "1",
+                 "--prefix", "16", "--acceptance", "0.6,0.2,0.1", "--out", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    prof = report["profile"]
+    assert sorted(map(int, prof["target_seconds"])) == [1, 2, 4, 8]
+    assert sorted(map(int, prof["draft_seconds"])) == [1, 2, 4, 8]
+    assert prof["dtype"] == "float32" and prof["device"] == "cpu"
+    assert report["pair"]["target_parameters"] > report["pair"]["draft_parameters"]
+    assert 1 <= report["hardware_aware"]["n"] <= 8
+    assert out.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_synthetic_presets_have_realistic_sizes():
+    from engine.synthetic import make_config, parameter_count, parse_size
+    assert 60e6 < parameter_count(make_config(parse_size("68m")[1])) < 75e6
+    assert 6.5e9 < parameter_count(make_config(parse_size("7b")[1])) < 7e9
+
+
+def test_onednn_linear_is_exact():
+    """The optional packed path gives the same logits (to float rounding) and, greedy, the same tokens."""
+    draft, target = tiny_pair_dirs("llama")
+    pair = load_pair(str(draft), str(target), device="cpu", dtype="float32")  # own copy: it gets patched
+    ids = encode_prompt(pair, "hello world, this is a test")
+    settings = Settings(max_new_tokens=24, ignore_eos=True)
+    ref_ids, _ = generate_ids(pair, ids, methods.autoregressive(), settings)
+    x = torch.randn(5, pair.target.config.hidden_size)
+    proj = pair.target.model.layers[0].mlp.gate_proj
+    with torch.inference_mode():
+        before = proj(x)
+    if bench.use_onednn_linear(pair) == 0:
+        pytest.skip("oneDNN packed linear not available in this torch build")
+    with torch.inference_mode():
+        after = proj(x)
+        single = proj(x[:1])
+    assert torch.allclose(before, after, atol=1e-4, rtol=1e-4)
+    assert torch.equal(single, torch.nn.functional.linear(x[:1], proj.weight, proj.bias))  # 1 row: default path
+    for method in (methods.chain(4), methods.specinfer(3, 3), methods.sequoia(Tree.from_branching([3, 2, 1]))):
+        got, _ = generate_ids(pair, ids, method, settings)
+        assert got == ref_ids, method.label
