@@ -84,7 +84,7 @@ class BenchConfig:
     profile_max_budget: int = 64
     profile_repeats: int = 3
     fresh: bool = False                               # measure acceptance + profile even if cached
-    cpu_linear: str = "default"                       # "default" or "onednn" (see use_onednn_linear)
+    cpu_linear: str = "default"                       # default | onednn | onednn-all (see use_onednn_linear)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -317,12 +317,19 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     say = progress or log.info
     if not prompts:
         raise UserError("no prompts to benchmark")
-    if pair.device.type == "cpu" and config.cpu_linear == "onednn":
-        packed = use_onednn_linear(pair)
-        say(f"oneDNN packed linear layers: {packed}")
     started, wall0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
+    linear_info = {"mode": config.cpu_linear}
+    if config.cpu_linear != "default":
+        if pair.device.type != "cpu":
+            raise UserError("--cpu-linear onednn/onednn-all is for CPU runs")
+        linear_info["target_forward_seconds_default"] = _forward_times(pair)
+        linear_info["layers_packed"] = use_onednn_linear(
+            pair, single_row="onednn" if config.cpu_linear == "onednn-all" else "default")
+        linear_info["target_forward_seconds_onednn"] = _forward_times(pair)
+        say(f"oneDNN packed linear layers: {linear_info['layers_packed']}; target forward s (1, 16 tokens): "
+            f"default {linear_info['target_forward_seconds_default']}, now {linear_info['target_forward_seconds_onednn']}")
     machine = describe_machine(pair)
-    machine["cpu_linear"] = config.cpu_linear
+    machine["cpu_linear"] = linear_info
     memory = PeakMemory(pair.device)
     machine["peak_memory_kind"] = memory.kind
     ids = [encode_prompt(pair, p.text, config.chat) for p in prompts]
@@ -700,20 +707,27 @@ def plot(report: dict, path: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------ optional CPU fast path
-def use_onednn_linear(pair: ModelPair) -> int:
-    """Route multi-row fp32 nn.Linear calls through oneDNN with pre-packed weights.
+def use_onednn_linear(pair: ModelPair, single_row: str = "default") -> int:
+    """Route fp32 nn.Linear calls through oneDNN with pre-packed weights (CPU only).
 
     PyTorch's default fp32 CPU path handles 2..64 rows poorly (a 16-token forward costs several
-    times a 1-token one); oneDNN with a packed weight is much flatter. Single-row calls keep the
-    default path, so autoregressive decoding is untouched and the comparison stays fair. Costs
-    one packed copy of every linear weight (about doubles model memory). Falls back to the
-    default path (returns 0) where the ops are missing. Results differ from the default path
-    only by float rounding (different kernels), like any change of batch size does."""
+    times a 1-token one); oneDNN with a packed weight is much flatter.
+    single_row="default" (--cpu-linear onednn): 1-row calls keep the default path, so
+      autoregressive decoding is untouched and the comparison stays fair; costs one packed copy
+      of every linear weight (about doubles model memory).
+    single_row="onednn" (--cpu-linear onednn-all): every call goes through oneDNN and the plain
+      weights are released (memory-neutral, tied embeddings excepted); autoregressive decoding
+      then runs on oneDNN too, so compare its t(1) with the default path's (run_bench records both).
+    Returns the number of layers patched; 0 (default path untouched) where the ops are missing.
+    Results differ from the default path only by float rounding (different kernels), like any
+    change of batch size does."""
     mk = getattr(torch.ops, "mkldnn", None)
     if mk is None or not hasattr(mk, "_reorder_linear_weight") or not torch.backends.mkldnn.is_available():
         return 0
     count = 0
     for model in (pair.target, pair.draft):
+        emb = model.get_input_embeddings()
+        tied = {emb.weight.data_ptr()} if emb is not None else set()
         for module in model.modules():
             if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32 \
                     and module.weight.device.type == "cpu" and not hasattr(module, "_onednn_packed"):
@@ -724,20 +738,35 @@ def use_onednn_linear(pair: ModelPair) -> int:
                 except RuntimeError:
                     return count
                 module._onednn_packed = packed
-                module.forward = _packed_forward(module)
+                all_rows = single_row == "onednn"
+                if all_rows and module.weight.data_ptr() not in tied:
+                    # keep the shape for anyone who asks, drop the memory
+                    module.weight = torch.nn.Parameter(torch.empty(module.weight.shape, device="meta"),
+                                                       requires_grad=False)
+                module.forward = _packed_forward(module, all_rows)
                 count += 1
     return count
 
 
-def _packed_forward(module: torch.nn.Linear):
+def _packed_forward(module: torch.nn.Linear, all_rows: bool = False):
     weight, bias, packed = module.weight, module.bias, module._onednn_packed
 
     def forward(x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.dim() else 1
-        if rows <= 1 or x.dtype != torch.float32 or torch.is_grad_enabled():
+        plain = x.dtype != torch.float32 or torch.is_grad_enabled() or (rows <= 1 and not all_rows)
+        if plain:
+            if weight.device.type == "meta":
+                raise RuntimeError("this layer's weights live only in oneDNN's packed form (fp32, inference only)")
             return torch.nn.functional.linear(x, weight, bias)
         flat = x.reshape(rows, x.shape[-1])
         out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), packed, bias, "none", [], "")
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     return forward
+
+
+def _forward_times(pair: ModelPair, sizes=(1, 16), repeats: int = 5) -> dict:
+    """Median target forward seconds over n tokens (128-token prefix): to compare linear paths."""
+    prefix = [(31 * i + 11) % pair.vocab_size for i in range(128)]
+    return {n: profiler._time_forward(pair.target, prefix, n, repeats, time.perf_counter, lambda: False)
+            for n in sizes}

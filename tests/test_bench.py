@@ -100,7 +100,8 @@ def test_synthetic_presets_have_realistic_sizes():
     assert 6.5e9 < parameter_count(make_config(parse_size("7b")[1])) < 7e9
 
 
-def test_onednn_linear_is_exact():
+@pytest.mark.parametrize("single_row", ["default", "onednn"])
+def test_onednn_linear_is_exact(single_row):
     """The optional packed path gives the same logits (to float rounding) and, greedy, the same tokens."""
     draft, target = tiny_pair_dirs("llama")
     pair = load_pair(str(draft), str(target), device="cpu", dtype="float32")  # own copy: it gets patched
@@ -111,13 +112,19 @@ def test_onednn_linear_is_exact():
     proj = pair.target.model.layers[0].mlp.gate_proj
     with torch.inference_mode():
         before = proj(x)
-    if bench.use_onednn_linear(pair) == 0:
+    weight = proj.weight.detach().clone()
+    if bench.use_onednn_linear(pair, single_row=single_row) == 0:
         pytest.skip("oneDNN packed linear not available in this torch build")
     with torch.inference_mode():
         after = proj(x)
         single = proj(x[:1])
     assert torch.allclose(before, after, atol=1e-4, rtol=1e-4)
-    assert torch.equal(single, torch.nn.functional.linear(x[:1], proj.weight, proj.bias))  # 1 row: default path
-    for method in (methods.chain(4), methods.specinfer(3, 3), methods.sequoia(Tree.from_branching([3, 2, 1]))):
+    if single_row == "default":  # 1 row: the default path, bit for bit
+        assert torch.equal(single, torch.nn.functional.linear(x[:1], proj.weight, proj.bias))
+    else:  # every row through oneDNN; the plain weight is released
+        assert proj.weight.device.type == "meta"
+        assert torch.allclose(single, torch.nn.functional.linear(x[:1], weight, proj.bias), atol=1e-4, rtol=1e-4)
+    for method in (methods.autoregressive(), methods.chain(4), methods.specinfer(3, 3),
+                   methods.sequoia(Tree.from_branching([3, 2, 1]))):
         got, _ = generate_ids(pair, ids, method, settings)
         assert got == ref_ids, method.label

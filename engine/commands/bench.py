@@ -46,9 +46,10 @@ def register(sub) -> None:
     p.add_argument("--profile-repeats", type=int, default=None)
     p.add_argument("--fresh", action="store_true",
                    help="measure acceptance vectors and the device profile in this run even if cached")
-    p.add_argument("--cpu-linear", choices=["default", "onednn"], default="default",
-                   help="onednn: multi-token fp32 linear layers through oneDNN with packed weights "
-                        "(faster tree forwards on CPU, about twice the model memory)")
+    p.add_argument("--cpu-linear", choices=["default", "onednn", "onednn-all"], default="default",
+                   help="onednn: multi-token fp32 linear layers through oneDNN with packed weights (faster "
+                        "tree forwards on CPU, about twice the model memory); onednn-all: every call, "
+                        "autoregressive included, through oneDNN, same memory as default")
     p.add_argument("--quick", action="store_true",
                    help="a seconds-long structural run for the tiny test pair (few tokens, small shapes)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the report as JSON")
