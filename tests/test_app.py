@@ -19,15 +19,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run far faster on one intra-op thread (no spinning on a busy second core)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def served():
     from app import create_app, launch_options

@@ -8,7 +8,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.tiny import tiny_pair_dirs
 
@@ -18,14 +17,6 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed "
                                 "(apt-get install -y chromium)")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

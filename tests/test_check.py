@@ -14,15 +14,6 @@ PAIR = dict(family="llama", chars="abcde", noise=0.8, seed=3)  # vocab 7; a draf
 PROMPTS = ["abca", "bead"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread avoids oversubscribing shared cores (10x faster here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def pair():
     return tiny_pair(**PAIR)

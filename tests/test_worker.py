@@ -4,7 +4,6 @@ import threading
 import time
 
 import pytest
-import torch
 
 from engine.decoding import StepEvent
 from engine.errors import UserError
@@ -14,15 +13,6 @@ from engine.worker import DONE, FAILED, STOPPED, MethodSpec, NeedsMeasurement, N
 from tests.tiny import tiny_pair_dirs
 
 LONG = Settings(max_new_tokens=200, ignore_eos=True)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run far faster on one intra-op thread (no spinning on a busy second core)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
