@@ -156,7 +156,13 @@ def synthetic_pair(draft_size: str, target_size: str, device: str | None = "auto
     log.info("building random-weight %s target (%s) and %s draft on %s", tname, dt, dname, dev)
     target = build_model(target_cfg, dev, dt, seed)
     draft = build_model(draft_cfg, dev, dt, seed + 1)
-    probe = {"draft": probe_tree_mask(draft, f"synthetic {dname}"), "target": probe_tree_mask(target, f"synthetic {tname}")}
+    probe = {}
+    for role, model, name in (("draft", draft, dname), ("target", target, tname)):
+        try:  # random bf16 weights can make the mask's effect too small to tell apart: timing is still valid
+            probe[role] = probe_tree_mask(model, f"synthetic {name}")
+        except UserError as exc:
+            log.warning("tree-mask probe inconclusive on random weights (timing unaffected): %s", exc)
+            probe[role] = {"model": name, "passed": None, "note": str(exc)}
     limit = min(getattr(c, "max_position_embeddings", 2048) for c in (draft_cfg, target_cfg))
     return ModelPair(draft=draft, target=target, tokenizer=SyntheticTokenizer(),
                      draft_name=f"synthetic-{dname}", target_name=f"synthetic-{tname}", device=dev, dtype=dt,
