@@ -57,6 +57,17 @@ def tree_layout(parents: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
     return tuple((float(depth[i]), -y[i]) for i in range(len(parents)))
 
 
+def _edge_trace(parents, pos) -> go.Scatter:
+    """Every parent-child edge as one thin line trace (None breaks the line between edges)."""
+    ex, ey = [], []
+    for i, p in enumerate(parents):
+        if p >= 0:
+            ex += [pos[p][0], pos[i][0], None]
+            ey += [pos[p][1], pos[i][1], None]
+    return go.Scatter(x=ex, y=ey, mode="lines", line=dict(color=EDGE, width=1.2), hoverinfo="skip",
+                      showlegend=False, name="edges")
+
+
 def _leaves(parents) -> int:
     has_child = set(p for p in parents if p >= 0)
     return sum(1 for i in range(len(parents)) if i not in has_child)
@@ -148,13 +159,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     path = list(event.accepted_path)
     bonus = next((n for n in nodes if n.status == "bonus"), None)
     fig = go.Figure()
-    ex, ey = [], []
-    for i, p in enumerate(parents):
-        if p >= 0:
-            ex += [pos[p][0], pos[i][0], None]
-            ey += [pos[p][1], pos[i][1], None]
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color=EDGE, width=1.2), hoverinfo="skip",
-                             showlegend=False, name="edges"))
+    fig.add_trace(_edge_trace(parents, pos))
     px_, py_ = [pos[v][0] for v in path], [pos[v][1] for v in path]
     fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color=STATUS_COLORS["accepted"], width=6),
                              hoverinfo="skip", showlegend=False, name="accepted path"))
@@ -210,13 +215,7 @@ def plan_figure(tree, acceptance=None, title: str | None = None, height: int | N
             r = tree.rank[i]
             reach[i] = reach[parents[i]] * (acc[r - 1] if r <= len(acc) else 0.0)
     fig = go.Figure()
-    ex, ey = [], []
-    for i, p in enumerate(parents):
-        if p >= 0:
-            ex += [pos[p][0], pos[i][0], None]
-            ey += [pos[p][1], pos[i][1], None]
-    fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line=dict(color=EDGE, width=1.2), hoverinfo="skip",
-                             showlegend=False))
+    fig.add_trace(_edge_trace(parents, pos))
     crowded = _leaves(parents) > 28
     hover = []
     for i in range(len(parents)):

@@ -107,21 +107,34 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
 def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
                       width: int = 16) -> AcceptanceVector | None:
     """A measured vector for these exact settings, from the user cache or a file shipped in assets/."""
-    name = acceptance_key(pair, sampler, temperature, top_p, width) + ".json"
-    for folder in (cache_dir() / "acceptance", SHIPPED / "acceptance"):
-        path = folder / name
-        if path.exists():
-            vec = AcceptanceVector(**json.loads(path.read_text()))
-            vec.source = str(path)
-            return vec
-    return None
+    found = _read_cached("acceptance", acceptance_key(pair, sampler, temperature, top_p, width))
+    if found is None:
+        return None
+    path, obj = found
+    vec = AcceptanceVector(**obj)
+    vec.source = str(path)
+    return vec
 
 
 def save_acceptance(pair: ModelPair, vec: AcceptanceVector) -> Path:
-    folder = cache_dir() / "acceptance"
+    key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width)
+    return _write_cached("acceptance", key, vec.to_dict())
+
+
+def _read_cached(kind: str, key: str) -> tuple[Path, dict] | None:
+    """The user cache first, then files shipped in assets/measured/."""
+    for folder in (cache_dir() / kind, SHIPPED / kind):
+        path = folder / f"{key}.json"
+        if path.exists():
+            return path, json.loads(path.read_text())
+    return None
+
+
+def _write_cached(kind: str, key: str, obj: dict) -> Path:
+    folder = cache_dir() / kind
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width) + ".json")
-    _write_atomic(path, json.dumps(vec.to_dict(), indent=1))
+    path = folder / f"{key}.json"
+    _write_atomic(path, json.dumps(obj, indent=1))
     return path
 
 
@@ -279,22 +292,17 @@ def profile_key(pair: ModelPair) -> str:
 
 
 def cached_profile(pair: ModelPair) -> DeviceProfile | None:
-    name = profile_key(pair) + ".json"
-    for folder in (cache_dir() / "profiles", SHIPPED / "profiles"):
-        path = folder / name
-        if path.exists():
-            prof = DeviceProfile.from_dict(json.loads(path.read_text()))
-            prof.source = str(path)
-            return prof
-    return None
+    found = _read_cached("profiles", profile_key(pair))
+    if found is None:
+        return None
+    path, obj = found
+    prof = DeviceProfile.from_dict(obj)
+    prof.source = str(path)
+    return prof
 
 
 def save_profile(pair: ModelPair, prof: DeviceProfile) -> Path:
-    folder = cache_dir() / "profiles"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (profile_key(pair) + ".json")
-    _write_atomic(path, json.dumps(prof.to_dict(), indent=1))
-    return path
+    return _write_cached("profiles", profile_key(pair), prof.to_dict())
 
 
 def device_profile(pair: ModelPair, measure: bool = True, **kwargs) -> DeviceProfile | None:
