@@ -25,6 +25,7 @@ def create_app(draft: str = "default", target: str = "default", device: str | No
     if load:
         worker.load(draft, target, device, dtype)
     demo = ui.build(ctx, {"draft": draft, "target": target, "device": device, "dtype": dtype})
+    ctx.sessions.blocks = demo
     return demo, ctx
 
 

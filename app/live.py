@@ -70,7 +70,7 @@ class Run:
             return None, "no vector measured for these settings"
         acc = tuple(vec.probabilities)
         if not steps:
-            return self.plan.expected_tokens, f"G(n, d) of the plan"
+            return self.plan.expected_tokens, "G(n, d) of the plan"
         value = sum(_expected(tuple(e.tree_parents), acc) for e in steps) / len(steps)
         return value, f"by the vector measured at T={vec.temperature:g}"
 

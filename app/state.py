@@ -12,6 +12,7 @@ from typing import Any
 
 import gradio as gr
 
+from app.gradio_fixes import drop_orphaned_copies
 from engine.errors import UserError
 from engine.settings import Settings
 from engine.tree import Tree, TreeError
@@ -77,9 +78,12 @@ class Sessions:
     def __init__(self):
         self._items: OrderedDict[str, Session] = OrderedDict()
         self._lock = threading.Lock()
+        self.blocks = None  # the gr.Blocks serving these sessions (set once the page is built)
 
     def get(self, request: gr.Request | None) -> Session:
         key = getattr(request, "session_hash", None) or "default"
+        if self.blocks is not None:
+            drop_orphaned_copies(self.blocks, key)
         with self._lock:
             sess = self._items.get(key)
             if sess is None:

@@ -7,14 +7,11 @@ loaded, and the next good request still gives exactly the CLI's output for the s
 device-map loading from the page (issue 8) and the plan line filled in once a pair finishes loading."""
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 import os
 import pickle
 import re
-import socket
 import tempfile
 import threading
 import time
@@ -23,120 +20,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.robustness.served import ROOT, gen_args, launch, raw_call, still_exact
 from tests.tiny import save_pair, tiny_pair_dirs
 
 pytest.importorskip("gradio")
 import httpx  # noqa: E402  (a gradio dependency)
 from gradio_client import Client, handle_file  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[2]
-PROMPT = "hello world"
-# the good request: greedy Sequoia, so its text must equal the CLI's (and the target's own greedy text)
-GOOD = dict(method="sequoia", budget=8, depth=4, temperature=0, top_p=1, max_new_tokens=24, seed=0)
-GEN_ARGS = ["prompt", "method", "budget", "depth", "hardware", "temperature", "top_p", "max_new_tokens", "seed"]
-
-
-def gen_args(**changes) -> list:
-    values = {"prompt": PROMPT, "hardware": False, **GOOD, **changes}
-    return [values[k] for k in GEN_ARGS]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(draft, target, load=True):
-    from app import create_app, launch_options
-    from engine.worker import Worker
-    worker = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
-    demo, ctx = create_app(str(draft), str(target), "cpu", "float32", worker=worker, load=False)
-    if load:
-        worker.load(str(draft), str(target), "cpu", "float32").wait(120)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
-    return demo, ctx, f"http://127.0.0.1:{port}/"
-
-
-@pytest.fixture(scope="module")
-def served():
-    draft, target = tiny_pair_dirs("llama")
-    demo, ctx, url = launch(draft, target)
-    yield {"url": url, "ctx": ctx, "draft": str(draft), "target": str(target)}
-    demo.close()
-    ctx.worker.close()
-
-
-@pytest.fixture(scope="module")
-def reference(served) -> dict:
-    """The CLI's output for GOOD (a separate load of the same pair, as a user would run it)."""
-    from engine.cli import main
-    args = ["generate", "--draft", served["draft"], "--target", served["target"], "--device", "cpu", "--dtype",
-            "float32", "--prompt", PROMPT, "--json"]
-    for key, value in GOOD.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(args) == 0
-    ref = json.loads(out.getvalue().strip().splitlines()[-1])
-    assert ref["text"]
-    return ref
-
-
-@pytest.fixture()
-def client(served):
-    return Client(served["url"], verbose=False)
-
-
-@pytest.fixture()
-def jobs(served, monkeypatch):
-    """Every job the page submits to the worker during the test."""
-    worker, seen = served["ctx"].worker, []
-    original = worker.submit
-
-    def spy(*args, **kwargs):
-        job = original(*args, **kwargs)
-        seen.append(job)
-        return job
-
-    monkeypatch.setattr(worker, "submit", spy)
-    return seen
-
-
-def still_exact(client, reference) -> float:
-    """A good request after a bad one: its text equals the CLI's. Returns seconds to its first step."""
-    t0 = time.monotonic()
-    job = client.submit(*gen_args(), api_name="/generate")
-    first = None
-    for update in job:
-        if first is None and isinstance(update[6], dict) and "step" in update[6]:
-            first = time.monotonic() - t0
-    step = job.result()[6]
-    assert step["done"] and step["text"] == reference["text"], (step, reference["text"])
-    return first if first is not None else time.monotonic() - t0
-
-
-def raw_call(url: str, api: str, data: list) -> tuple[str, object]:
-    """Call an endpoint over plain HTTP (JSON that gradio_client cannot send: NaN, a forged file).
-    Returns ("error", message) or ("complete", outputs)."""
-    base = url.rstrip("/")
-    body = json.dumps({"data": data})  # NaN and Infinity as JavaScript literals, as a browser could send
-    r = httpx.post(f"{base}/gradio_api/call/{api}", content=body, headers={"content-type": "application/json"},
-                   timeout=30)
-    r.raise_for_status()
-    event, payload = None, None
-    with httpx.stream("GET", f"{base}/gradio_api/call/{api}/{r.json()['event_id']}", timeout=60) as s:
-        for line in s.iter_lines():
-            if line.startswith("event:"):
-                event = line.split(":", 1)[1].strip()
-            elif line.startswith("data:") and event in ("error", "complete"):
-                payload = json.loads(line.split(":", 1)[1])
-                break
-    if event == "error":
-        return "error", (payload or {}).get("error") if isinstance(payload, dict) else payload
-    return event, payload
-
 
 # ================================================================== bad input
 BAD_GENERATE = [

@@ -1,0 +1,101 @@
+"""What the app-level robustness tests share: launching the page in-process on a tiny pair,
+the one good request and its exactness check, and a raw HTTP caller for what gradio_client
+cannot send. The pytest fixtures built on these live in conftest.py."""
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = "hello world"
+# the good request: greedy Sequoia, so its text must equal the CLI's (and the target's own greedy text)
+GOOD = dict(method="sequoia", budget=8, depth=4, temperature=0, top_p=1, max_new_tokens=24, seed=0)
+GEN_ARGS = ["prompt", "method", "budget", "depth", "hardware", "temperature", "top_p", "max_new_tokens", "seed"]
+
+
+def gen_args(**changes) -> list:
+    values = {"prompt": PROMPT, "hardware": False, **GOOD, **changes}
+    return [values[k] for k in GEN_ARGS]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(draft, target, load=True):
+    from app import create_app, launch_options
+    from engine.worker import Worker
+    worker = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
+    demo, ctx = create_app(str(draft), str(target), "cpu", "float32", worker=worker, load=False)
+    if load:
+        worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
+    return demo, ctx, f"http://127.0.0.1:{port}/"
+
+
+def still_exact(client, reference) -> float:
+    """A good request after a bad one: its text equals the CLI's. Returns seconds to its first step."""
+    t0 = time.monotonic()
+    job = client.submit(*gen_args(), api_name="/generate")
+    first = None
+    for update in job:
+        if first is None and isinstance(update[6], dict) and "step" in update[6]:
+            first = time.monotonic() - t0
+    step = job.result()[6]
+    assert step["done"] and step["text"] == reference["text"], (step, reference["text"])
+    return first if first is not None else time.monotonic() - t0
+
+
+def raw_call(url: str, api: str, data: list) -> tuple[str, object]:
+    """Call an endpoint over plain HTTP (JSON that gradio_client cannot send: NaN, a forged file).
+    Returns ("error", message) or ("complete", outputs)."""
+    base = url.rstrip("/")
+    body = json.dumps({"data": data})  # NaN and Infinity as JavaScript literals, as a browser could send
+    r = httpx.post(f"{base}/gradio_api/call/{api}", content=body, headers={"content-type": "application/json"},
+                   timeout=30)
+    r.raise_for_status()
+    event, payload = None, None
+    with httpx.stream("GET", f"{base}/gradio_api/call/{api}/{r.json()['event_id']}", timeout=60) as s:
+        for line in s.iter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+            elif line.startswith("data:") and event in ("error", "complete"):
+                payload = json.loads(line.split(":", 1)[1])
+                break
+    if event == "error":
+        return "error", (payload or {}).get("error") if isinstance(payload, dict) else payload
+    return event, payload
+
+
+class HoldForward:
+    """Holds the `call`-th forward of `model` (counting from the hook's install) until released."""
+
+    def __init__(self, model, call: int):
+        self.calls, self.call = 0, call
+        self.entered, self.released = threading.Event(), threading.Event()
+        self.handle = model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, module, args):
+        self.calls += 1
+        if self.calls == self.call:
+            self.entered.set()
+            self.released.wait(30)
+
+    def remove(self) -> None:
+        self.released.set()
+        self.handle.remove()
+
+
+def wait_for(condition, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
