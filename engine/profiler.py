@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import platform
 import statistics
 import time
@@ -216,9 +217,11 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop) -> float:
+def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop,
+                  before_each: Callable[[], None] | None = None) -> float:
     """Median seconds of one forward over n tree tokens (a star: all at one depth) on a
-    cache that already holds the prefix; the cache is cut back after each try."""
+    cache that already holds the prefix; the cache is cut back after each try.
+    `before_each` runs before every timed forward, outside the clock."""
     cache = DynamicCache(config=model.config)
     attention.forward_causal(model, cache, prefix_ids)
     base = len(prefix_ids)
@@ -231,6 +234,8 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
     for attempt in range(repeats + 1):  # the first run is warm-up
         if should_stop():
             raise Stopped("profiling stopped")
+        if before_each is not None:
+            before_each()
         t0 = clock()
         attention.forward(model, cache, ids, positions, visible)
         elapsed = clock() - t0
@@ -242,7 +247,10 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
 
 def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None = None, prefix_tokens: int = 128,
                    repeats: int = 5, progress: Progress | None = None,
-                   should_stop: Callable[[], bool] = lambda: False) -> DeviceProfile:
+                   should_stop: Callable[[], bool] = lambda: False,
+                   before_target_forward: Callable[[], None] | None = None) -> DeviceProfile:
+    """t(n) of the target and the draft's cost per width. `before_target_forward` runs before each
+    timed target forward (the benchmark uses it to drop the page cache: see drop_page_cache)."""
     if not 1 <= max_budget <= 1024:
         raise UserError(f"max budget must be between 1 and 1024 (got {max_budget})")
     prefix_tokens = max(1, min(prefix_tokens, pair.context_limit - max_budget - 1))
@@ -261,15 +269,29 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
         if progress:
             progress(i / (len(jobs) + 1), f"profiling {role} forward over {n} tokens")
         model = pair.target if role == "target" else pair.draft
-        (target_s if role == "target" else draft_s)[n] = _time_forward(model, prefix, n, repeats, clock, should_stop)
+        before = before_target_forward if role == "target" else None
+        (target_s if role == "target" else draft_s)[n] = _time_forward(model, prefix, n, repeats, clock, should_stop,
+                                                                       before)
     if progress:
         progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead")
     overhead = _measure_overhead(pair, prefix, should_stop)
     machine = machine_description(pair.device)
     machine.update({k: v for k, v in pair.describe().items() if k.endswith("device_map") and v})
+    if before_target_forward is drop_page_cache:
+        machine["page_cache"] = "dropped before each timed target forward"
     return DeviceProfile(target_s, draft_s, overhead, prefix_tokens, repeats, pair.draft_name, pair.target_name,
                          str(pair.device), str(pair.dtype).replace("torch.", ""), machine,
                          time.strftime("%Y-%m-%dT%H:%M:%S"))
+
+
+def drop_page_cache() -> None:
+    """Ask Linux to forget cached file pages, so disk-offloaded weights are read from the disk
+    again, as they would be if they did not fit in RAM. Needs root."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError as exc:
+        raise UserError(f"cannot drop the page cache ({exc.strerror}): it needs Linux and root") from None
 
 
 def _measure_overhead(pair: ModelPair, prefix: list[int], should_stop) -> float:

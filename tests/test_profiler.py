@@ -48,3 +48,22 @@ def test_device_profile_is_measured_and_cached(tmp_path, monkeypatch):
     plan = plans.auto_plan(pair, Settings(temperature=0.0), max_budget=8, max_depth=4, prompts=PROMPTS,
                            tokens_per_prompt=12)
     assert plan.choice is not None and 1 <= plan.tree.size <= 8 and plan.choice.predicted_speedup > 0
+
+
+def test_the_hook_before_each_target_forward_runs_outside_the_clock(monkeypatch):
+    """The cold-cache benchmark drops the page cache before every timed target forward: the hook
+    must run once per target try (warm-up included), never for the draft, and not be timed."""
+    pair = tiny_pair("llama")
+    calls = []
+    clock = iter(range(10_000))
+    monkeypatch.setattr(profiler.time, "perf_counter", lambda: float(next(clock)))
+
+    def hook():
+        calls.append(1)
+        for _ in range(5):  # five clock ticks that must not count
+            next(clock)
+
+    prof = profiler.profile_device(pair, max_budget=4, repeats=2, prefix_tokens=8, before_target_forward=hook)
+    assert len(calls) == 3 * (2 + 1)  # n = 1, 2, 4; two timed tries and a warm-up each
+    assert set(prof.target_seconds.values()) == {1.0}  # each try: exactly one tick between its two clock reads
+    assert "page_cache" not in prof.machine

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine import synthetic
 from engine.commands.common import add_pair_args, pair_from_args, print_json
-from engine.profiler import profile_device, save_profile
+from engine.profiler import drop_page_cache, profile_device, save_profile
 
 
 def register(sub) -> None:
@@ -13,6 +13,10 @@ def register(sub) -> None:
     p.add_argument("--max-budget", type=int, default=64, help="largest tree (tokens) timed")
     p.add_argument("--prefix", type=int, default=128, help="tokens of KV prefix under the tree")
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--drop-page-cache", action="store_true",
+                   help="before each timed target forward, drop Linux's page cache (root only), so weights "
+                        "offloaded to disk are read from disk as if they did not fit in RAM; the profile is "
+                        "cached for this placement like any other")
     p.add_argument("--json", action="store_true")
     synthetic.add_args(p)  # --synthetic --draft-config SIZE --target-config SIZE --acceptance --out
     p.set_defaults(func=run)
@@ -22,7 +26,11 @@ def run(args) -> int:
     if args.synthetic:
         return synthetic.run(args)
     pair = pair_from_args(args)
-    prof = profile_device(pair, max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats)
+    before = drop_page_cache if args.drop_page_cache else None
+    if before is not None:
+        drop_page_cache()  # fails here, before any timing, where it is not allowed
+    prof = profile_device(pair, max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats,
+                          before_target_forward=before)
     prof.source = str(save_profile(pair, prof))
     if args.json:
         print_json(prof.to_dict())
