@@ -34,6 +34,10 @@ UIREVISION = "sequoia-live"
 MAX_LABEL = 10
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 # ---------------------------------------------------------------- layout
 @functools.lru_cache(maxsize=256)
 def tree_layout(parents: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
@@ -153,9 +157,10 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     depth_max = max(x for x, _ in pos)
     for n in nodes[len(parents):]:
         # the bonus token comes after the last accepted node: in the next column when that node is
-        # a leaf (its row is free there), else in a column of its own right of the tree, level with it
+        # a leaf (its row is free there); else half a column right of it and a little above its row,
+        # where no node sits and its short dotted edge crosses none of the tree's edges to siblings
         px, py = pos[n.parent]
-        pos.append((depth_max + 1 if n.parent in parents else px + 1, py))
+        pos.append((px + 0.5, py + 0.3) if n.parent in parents else (px + 1, py))
     path = list(event.accepted_path)
     bonus = next((n for n in nodes if n.status == "bonus"), None)
     fig = go.Figure()
@@ -197,7 +202,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
         cut = " (cut at max new tokens)" if new < accepted + (bonus is not None) and not event.finish_reason == "eos" else ""
         title = (f"Step {event.step}: {accepted} drafted token{'s' if accepted != 1 else ''} accepted"
                  f"{' + 1 bonus' if bonus is not None else ''} → {new} new{cut} · "
-                 f"tree of {len(parents)} nodes, {depth_max + 1:.0f} levels")
+                 f"tree of {plural(len(parents), 'node')}, {plural(int(depth_max) + 1, 'level')}")
     _base_layout(fig, height, title, showlegend=False)
     return fig
 
@@ -237,7 +242,7 @@ def plan_figure(tree, acceptance=None, title: str | None = None, height: int | N
     ys = [y for _, y in pos]
     pad = max(0.6, 0.04 * (max(ys) - min(ys)))
     _hidden_axes(fig, (-0.3, tree.depth - 1 + 0.8), (min(ys) - pad, max(ys) + pad))
-    return _base_layout(fig, height, title or f"Planned tree: {tree.size} nodes, {tree.depth} levels "
+    return _base_layout(fig, height, title or f"Planned tree: {plural(tree.size, 'node')}, {plural(tree.depth, 'level')} "
                         f"(widths {tree.level_widths})")
 
 

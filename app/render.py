@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import os
 
-from app.plots import PLANNED, STATUS_COLORS
+from app.plots import PLANNED, STATUS_COLORS, plural
 
 STEP_CLASSES = 2  # alternating step shades
 
@@ -150,7 +150,7 @@ def plan_line(result, running: bool = False) -> str:
     if result is None:
         return '<div class="sq-plan">No plan yet.</div>'
     t = result.tree
-    parts = [f"<b>{esc(result.method.label)}</b>", f"{t.size} nodes, {t.depth} levels"]
+    parts = [f"<b>{esc(result.method.label)}</b>", f"{plural(t.size, 'node')}, {plural(t.depth, 'level')}"]
     if result.expected_tokens is not None:
         parts.append(f"predicted <b>{result.expected_tokens:.2f}</b> tokens/step")
     if result.predicted_speedup is not None:

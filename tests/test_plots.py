@@ -1,5 +1,7 @@
 """Plot units on hand-made StepEvents: one marker per node, the accepted path highlighted,
 layouts stable per tree shape, observed acceptance counted right, text marked by step."""
+from dataclasses import replace
+
 from app import plots, render
 from engine.decoding import NodeRecord, StepEvent
 from engine.tree import Tree
@@ -121,3 +123,24 @@ def test_other_charts_build():
     assert len(plots.profile_figure(prof).data) == 2
     assert len(plots.acceptance_figure([0.6, 0.2], [(3, 5), (1, 2)]).data) == 2
     assert len(plots.race_figure({"a": [(0.1, 2)], "b": [(0.2, 3)]}).data) == 2
+
+
+def test_a_bonus_after_a_node_with_children_sits_clear_of_the_tree():
+    """Accepted path root -> 1, then 1's children both rejected: the bonus follows node 1, which
+    has children. Its marker must not sit on a node, and its dotted edge must not pass through one."""
+    ev = hand_made_event()
+    parents = ev.tree_parents
+    nodes = [n if n.index != 4 else replace(n, status="rejected") for n in ev.nodes[:6]]
+    nodes.append(replace(ev.nodes[6], parent=1, depth=2))
+    ev = replace(ev, nodes=nodes, accepted_path=[0, 1], accepted_ranks=[1])
+    fig = plots.tree_figure(ev, greedy=True)
+    pos = plots.tree_layout(tuple(parents))
+    bonus = next(t for t in node_traces(fig) if t.meta == "bonus")
+    b = (bonus.x[0], bonus.y[0])
+    assert b not in pos and pos[1][0] < b[0] < pos[3][0]  # between node 1 and its children's column
+    edge = next(t for t in fig.data if t.name == "bonus edge")
+    (x0, x1), (y0, y1) = edge.x, edge.y
+    assert (x0, y0) == pos[1] and (x1, y1) == b
+    for i, (x, y) in enumerate(pos):
+        if i != 1 and min(x0, x1) <= x <= max(x0, x1):  # no other node on the segment
+            assert abs((y - y0) * (x1 - x0) - (x - x0) * (y1 - y0)) > 1e-6, i

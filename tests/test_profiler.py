@@ -1,4 +1,6 @@
 """Acceptance vectors and device profiles measured on a live (tiny) pair, and their caches."""
+import json
+
 import pytest
 
 from engine import plans, profiler
@@ -67,3 +69,30 @@ def test_the_hook_before_each_target_forward_runs_outside_the_clock(monkeypatch)
     assert len(calls) == 3 * (2 + 1)  # n = 1, 2, 4; two timed tries and a warm-up each
     assert set(prof.target_seconds.values()) == {1.0}  # each try: exactly one tick between its two clock reads
     assert "page_cache" not in prof.machine
+
+
+def test_shipped_acceptance_vectors_are_found_under_their_own_key(tmp_path, monkeypatch):
+    """Files in assets/measured/acceptance/ spare a fresh install its first measurement: each must
+    be a measured vector whose file name is the key its own pair and settings look up."""
+    from types import SimpleNamespace
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))  # an empty user cache: only shipped files
+    shipped = sorted((profiler.SHIPPED / "acceptance").glob("*.json"))
+    assert shipped
+    for path in shipped:
+        vec = profiler.AcceptanceVector(**json.loads(path.read_text()))
+        assert vec.positions > 0 and vec.measured_at and len(vec.probabilities) == vec.width
+        assert abs(sum(vec.probabilities) + vec.none - 1) < 1e-6
+        pair = SimpleNamespace(draft_name=vec.draft, target_name=vec.target)
+        assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width) == path.stem
+        found = profiler.cached_acceptance(pair, vec.temperature, vec.top_p, vec.sampler, width=vec.width)
+        assert found is not None and found.probabilities == vec.probabilities
+
+
+def test_dropping_the_page_cache_without_permission_is_a_clear_error(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(profiler.os, "sync", lambda: None)
+    monkeypatch.setattr(profiler.Path, "write_text", refuse)
+    with pytest.raises(profiler.UserError, match="cannot drop the page cache .*root"):
+        profiler.drop_page_cache()
