@@ -144,6 +144,15 @@ def tree_height(parents) -> int:
     return int(min(760, max(440, 7 * _leaves(parents) + 120)))
 
 
+def _gap_between_edges(py: float, kid_ys: list[float]) -> float:
+    """A height half a column right of a node at height py that lies between its edges to
+    children at kid_ys (those edges cross that column at the midpoints), nearest py."""
+    crossings = sorted((py + y) / 2 for y in kid_ys)
+    gaps = [(a + b) / 2 for a, b in zip(crossings, crossings[1:])]
+    gaps += [crossings[0] - 0.25, crossings[-1] + 0.25]
+    return min(gaps, key=lambda y: (abs(y - py), -y))
+
+
 def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", title: str | None = None,
                 height: int | None = None, label_limit: int = 28) -> go.Figure:
     """The tree of one decoding step: one marker per node (tree nodes + the bonus token),
@@ -157,10 +166,11 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     depth_max = max(x for x, _ in pos)
     for n in nodes[len(parents):]:
         # the bonus token comes after the last accepted node: in the next column when that node is
-        # a leaf (its row is free there); else half a column right of it and a little above its row,
-        # where no node sits and its short dotted edge crosses none of the tree's edges to siblings
+        # a leaf (its row is free there); else half a column right of it, in the widest gap
+        # between its edges to its children, where no node or edge sits
         px, py = pos[n.parent]
-        pos.append((px + 0.5, py + 0.3) if n.parent in parents else (px + 1, py))
+        kids = [pos[i][1] for i, p in enumerate(parents) if p == n.parent]
+        pos.append((px + 0.5, _gap_between_edges(py, kids)) if kids else (px + 1, py))
     path = list(event.accepted_path)
     bonus = next((n for n in nodes if n.status == "bonus"), None)
     fig = go.Figure()

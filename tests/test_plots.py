@@ -144,3 +144,7 @@ def test_a_bonus_after_a_node_with_children_sits_clear_of_the_tree():
     for i, (x, y) in enumerate(pos):
         if i != 1 and min(x0, x1) <= x <= max(x0, x1):  # no other node on the segment
             assert abs((y - y0) * (x1 - x0) - (x - x0) * (y1 - y0)) > 1e-6, i
+    for child in (3, 4):  # and the marker sits clear of the edges from node 1 to its children
+        (cx, cy), (px, py) = pos[child], pos[1]
+        edge_y = py + (cy - py) * (b[0] - px) / (cx - px)
+        assert abs(edge_y - b[1]) >= 0.2, (child, edge_y, b)
