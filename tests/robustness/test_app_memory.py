@@ -24,11 +24,12 @@ def live_objects() -> dict:
     objects = gc.get_objects()
     counts = {"tensors": 0, "caches": 0, "jobs": 0, "objects": len(objects)}
     for obj in objects:
-        if isinstance(obj, torch.Tensor):
+        kind = type(obj)  # not isinstance: it would read __class__ of deprecated torch proxies, which warns
+        if issubclass(kind, torch.Tensor):
             counts["tensors"] += 1
-        elif isinstance(obj, Cache):
+        elif issubclass(kind, Cache):
             counts["caches"] += 1
-        elif isinstance(obj, Job):
+        elif issubclass(kind, Job):
             counts["jobs"] += 1
     counts["rss_mb"] = psutil.Process().memory_info().rss / 2**20
     return counts
