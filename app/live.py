@@ -29,6 +29,18 @@ def user_message(exc: BaseException) -> str:
     return f"internal error: {type(exc).__name__}: {exc} (details in the server log)"
 
 
+def failure_message(exc: BaseException, what: str) -> str:
+    """The page's line for a job or handler that failed; anything but bad input is also logged."""
+    if not isinstance(exc, (UserError, TreeError)):
+        log.error("%s failed", what, exc_info=exc)
+    return user_message(exc)
+
+
+def progress_text(item: Progress) -> str:
+    pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
+    return f"… {item.message}{pct}"
+
+
 @functools.lru_cache(maxsize=512)
 def _expected(parents: tuple, acceptance: tuple) -> float:
     return Tree(parents).expected_tokens(acceptance)
@@ -170,10 +182,11 @@ def build(ctx: AppContext, header: dict) -> dict:
             try:
                 for item in job.stream():
                     if isinstance(item, Progress):
-                        yield {status: _progress_text(item)}
+                        yield {status: progress_text(item)}
             except Exception as exc:  # noqa: BLE001
-                yield {status: f"✗ {user_message(exc)}"}
-                raise gr.Error(user_message(exc)) from None
+                message = failure_message(exc, "measuring for a plan")
+                yield {status: f"✗ {message}"}
+                raise gr.Error(message) from None
             if job.result is None:
                 yield {status: "Measurement stopped; plan unchanged."}
                 return
@@ -245,7 +258,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         try:
             for item in job.stream():
                 if isinstance(item, Progress):
-                    yield {status: _progress_text(item)}
+                    yield {status: progress_text(item)}
                 elif isinstance(item, Note) and item.kind == "plan":
                     run.plan = item.data
                     sess.plan = item.data
@@ -271,15 +284,11 @@ def build(ctx: AppContext, header: dict) -> dict:
                             out[tree] = run.tree_fig(steps[-1])
                         out[replay] = _replay_update(len(steps))
                     yield out
-        except GeneratorExit:  # the page went away or the event was cancelled
-            job.stop()
-            raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message
-            if not isinstance(exc, (UserError, TreeError)):
-                log.exception("generate failed")
-            yield {status: f"✗ {user_message(exc)}", replay: _replay_update(len(run.steps))}
-            raise gr.Error(user_message(exc)) from None
-        finally:
+            message = failure_message(exc, "generate")
+            yield {status: f"✗ {message}", replay: _replay_update(len(run.steps))}
+            raise gr.Error(message) from None
+        finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
                 job.stop()
         if job.state == "stopped" and not run.events:
@@ -337,11 +346,6 @@ def build(ctx: AppContext, header: dict) -> dict:
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
             "temperature": temperature, "top_p": top_p, "max_new": max_new, "seed": seed, "tree": tree,
             "status": status, "plan_json": plan_json, "plan_md": plan_md, "first_plan": (first_plan, plan_inputs, plan_outputs)}
-
-
-def _progress_text(item: Progress) -> str:
-    pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
-    return f"… {item.message}{pct}"
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

@@ -2,23 +2,20 @@
 accelerate device map for big targets, memory), and check that decoding on it is lossless."""
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 
 import gradio as gr
 
 from app import render
-from app.live import LIGHT, MODEL, user_message
+from app.live import LIGHT, MODEL, failure_message, progress_text
 from app.state import AppContext
 from engine.check import CheckConfig
 from engine.errors import UserError
 from engine.models import parse_max_memory
 from engine.paths import cache_dir
-from engine.tree import TreeError
 from engine.worker import Progress
 
-log = logging.getLogger(__name__)
 DEVICES = ["auto", "cpu", "cuda", "mps"]
 DTYPES = ["auto", "float32", "bfloat16", "float16"]
 NO_MAP = "none"
@@ -231,17 +228,15 @@ def build(ctx: AppContext, defaults: dict) -> dict:
         try:
             for item in job.stream():
                 if isinstance(item, Progress):
-                    pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
-                    yield {status: f"… {item.message}{pct}"}
+                    yield {status: progress_text(item)}
         except Exception as exc:  # noqa: BLE001
-            if not isinstance(exc, (UserError, TreeError)):
-                log.exception("loading failed")
+            message = failure_message(exc, "loading")
             still = ctx.worker.describe()
             keep = (f" The pair in use is still `{still['draft']}` → `{still['target']}`." if still
                     else " No pair is loaded now.")
-            yield {status: f"✗ {user_message(exc)}{keep}", info: pair_markdown(still),
+            yield {status: f"✗ {message}{keep}", info: pair_markdown(still),
                    memory: memory_markdown(ctx.worker.memory())}
-            raise gr.Error(user_message(exc)) from None
+            raise gr.Error(message) from None
         desc = job.result
         where = desc.get("target_device_map")
         placed_txt = f" Target placed by its device map — {_placement_text(where)}." if where else ""
@@ -275,20 +270,15 @@ def build(ctx: AppContext, defaults: dict) -> dict:
                 started = started or time.monotonic()
                 if item.message.startswith("estimated time"):
                     estimate = item.message
-                pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
-                lines = [f"… {item.message}{pct} · {_elapsed(time.monotonic() - started)} so far"]
+                lines = [f"{progress_text(item)} · {_elapsed(time.monotonic() - started)} so far"]
                 if estimate and item.message != estimate:
                     lines.append(f"Estimate: {estimate.removeprefix('estimated time: ')}")
                 yield {check_status: "\n\n".join(lines)}
-        except GeneratorExit:  # the page went away or the event was cancelled
-            job.stop()
-            raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message
-            if not isinstance(exc, (UserError, TreeError)):
-                log.exception("check failed")
-            yield {check_status: f"✗ {user_message(exc)}", verdict: verdict_html(None, "The check could not run.")}
-            raise gr.Error(user_message(exc)) from None
-        finally:
+            message = failure_message(exc, "check")
+            yield {check_status: f"✗ {message}", verdict: verdict_html(None, "The check could not run.")}
+            raise gr.Error(message) from None
+        finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
                 job.stop()
         report = job.result

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import tempfile
 from pathlib import Path
 
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, user_message
+from app.live import LIGHT, MODEL, failure_message, progress_text
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import planner
 from engine.errors import UserError
@@ -19,7 +18,6 @@ from engine.plans import table_for
 from engine.tree import TreeError
 from engine.worker import NeedsMeasurement, Progress
 
-log = logging.getLogger(__name__)
 EXPORT_DIR = Path(tempfile.mkdtemp(prefix="sequoia-live-export-"))
 
 
@@ -195,12 +193,10 @@ def _follow(job, caption, what: str):
     try:
         for item in job.stream():
             if isinstance(item, Progress):
-                pct = f" — {100 * item.fraction:.0f} %" if item.fraction is not None else ""
-                yield {caption: f"… {item.message}{pct}"}
+                yield {caption: progress_text(item)}
     except Exception as exc:  # noqa: BLE001
-        if not isinstance(exc, (UserError, TreeError)):
-            log.exception("%s failed", what)
-        yield {caption: f"✗ {user_message(exc)}"}
-        raise gr.Error(user_message(exc)) from None
+        message = failure_message(exc, what)
+        yield {caption: f"✗ {message}"}
+        raise gr.Error(message) from None
     if job.state == "stopped":
         yield {caption: f"{what} stopped"}

@@ -1,19 +1,17 @@
 """Race tab: one prompt, seed and settings through several methods, one after another."""
 from __future__ import annotations
 
-import logging
 import time
 
 import gradio as gr
 
 from app import plots, render
-from app.live import MODEL, LIGHT, user_message
+from app.live import LIGHT, MODEL, failure_message, progress_text
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.tree import TreeError
 from engine.worker import LaneEvent, Note, Progress
 
-log = logging.getLogger(__name__)
 UPDATE_INTERVAL = 0.1  # at most 10 page updates per second while racing
 
 FAIRNESS = (
@@ -138,8 +136,7 @@ def build(ctx: AppContext) -> dict:
         try:
             for item in job.stream():
                 if isinstance(item, Progress):
-                    yield {status: f"… {item.message}" + (f" — {100 * item.fraction:.0f} %"
-                                                            if item.fraction is not None else "")}
+                    yield {status: progress_text(item)}
                 elif isinstance(item, Note) and item.kind == "race":
                     for lane, result in item.data:
                         lanes[lane]["label"] = result.method.label
@@ -159,15 +156,11 @@ def build(ctx: AppContext) -> dict:
                         last_push = now
                         yield {lanes_html: _lane_html(order, lanes, running), chart: plots.race_figure(series),
                                table: _table(order, lanes, greedy)}
-        except GeneratorExit:
-            job.stop()
-            raise
         except Exception as exc:  # noqa: BLE001
-            if not isinstance(exc, (UserError, TreeError)):
-                log.exception("race failed")
-            yield {status: f"✗ {user_message(exc)}"}
-            raise gr.Error(user_message(exc)) from None
-        finally:
+            message = failure_message(exc, "race")
+            yield {status: f"✗ {message}"}
+            raise gr.Error(message) from None
+        finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
                 job.stop()
         summary = _summary(order, lanes, greedy)
