@@ -1,10 +1,10 @@
 """The app launched in-process on a tiny pair and driven with gradio_client, as a script would."""
 import json
-import socket
 
 import pytest
 import torch
 
+from tests.app_server import launch
 from tests.tiny import tiny_pair_dirs
 
 pytest.importorskip("gradio")
@@ -13,28 +13,13 @@ from gradio_client import Client  # noqa: E402
 PROMPT = "hello world"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def served():
-    from app import create_app, launch_options
-    from engine.worker import Worker
     draft, target = tiny_pair_dirs("llama")
-    # short measurements keep the test quick; they are still real measurements on the pair
-    worker = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
-    demo, ctx = create_app(str(draft), str(target), "cpu", "float32", worker=worker, load=False)
-    worker.load(str(draft), str(target), "cpu", "float32").wait(120)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **launch_options())
-    url = f"http://127.0.0.1:{port}/"
+    demo, ctx, url = launch(draft, target)
     yield {"url": url, "ctx": ctx, "draft": str(draft), "target": str(target)}
     demo.close()
-    worker.close()
+    ctx.worker.close()
 
 
 @pytest.fixture()

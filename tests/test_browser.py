@@ -3,58 +3,28 @@ screenshot. Fails if the page shows an error or no tree. Skipped only without /u
 (CI installs Debian's `chromium`). Set SEQUOIA_SCREENSHOT=path to keep the screenshot."""
 import os
 import shutil
-import socket
-import tempfile
-from pathlib import Path
 
 import pytest
 
+from tests.app_server import launch
+from tests.chromium import DONE_OR_ERROR, browsers, needs_chromium, page_errors
 from tests.tiny import tiny_pair_dirs
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run", "--disable-sync", "--disable-quic", "--disable-dev-shm-usage"]
-
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed "
-                                "(apt-get install -y chromium)")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def url():
-    from app import create_app, launch_options
-    from engine.worker import Worker
-    draft, target = tiny_pair_dirs("llama")
-    worker = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
-    demo, _ = create_app(str(draft), str(target), "cpu", "float32", worker=worker, load=False)
-    worker.load(str(draft), str(target), "cpu", "float32").wait(120)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **launch_options())
-    yield f"http://127.0.0.1:{port}/"
+    demo, ctx, url = launch(*tiny_pair_dirs("llama"))
+    yield url
     demo.close()
-    worker.close()
+    ctx.worker.close()
 
 
 @pytest.fixture()
 def page():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    profile = tempfile.mkdtemp(prefix="sequoia-chromium-")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, headless=True,
-                                                       args=FLAGS, viewport={"width": 1280, "height": 800})
-        try:
-            pg = browser.new_page()
-            pg.set_default_timeout(60_000)
-            yield pg
-        finally:
-            browser.close()
-            shutil.rmtree(profile, ignore_errors=True)
-
-
-def errors_on(pg) -> list[str]:
-    return [t.inner_text() for t in pg.locator('[data-testid="toast-body"]').all()]
+    with browsers(1) as (pg,):
+        yield pg
 
 
 def test_live_generation_draws_the_tree(url, page, tmp_path):
@@ -62,12 +32,9 @@ def test_live_generation_draws_the_tree(url, page, tmp_path):
     page.wait_for_selector("#sq-generate")
     page.locator("#sq-max-new input").fill("24")
     page.click("#sq-generate")
-    page.wait_for_function(
-        "() => { const s = document.querySelector('#sq-live-status');"
-        " return s && (s.innerText.includes('Done') || s.innerText.includes('✗'))"
-        " || document.querySelector('[data-testid=\"toast-body\"]'); }")
+    page.wait_for_function(DONE_OR_ERROR)
     page.wait_for_timeout(800)  # let the last figure render
-    assert not errors_on(page), errors_on(page)
+    assert not page_errors(page), page_errors(page)
     status = page.locator("#sq-live-status").inner_text()
     assert "Done" in status, status
     markers = page.locator("#sq-tree .scatterlayer .trace .points path").count()

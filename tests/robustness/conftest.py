@@ -10,7 +10,8 @@ import json
 import pytest
 from gradio_client import Client
 
-from tests.robustness.served import GOOD, PROMPT, launch
+from tests.app_server import launch
+from tests.robustness.served import GOOD, PROMPT
 from tests.tiny import tiny_pair_dirs
 
 

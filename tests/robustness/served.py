@@ -1,10 +1,9 @@
-"""What the app-level robustness tests share: launching the page in-process on a tiny pair,
+"""What the app-level robustness tests share (the page itself is launched by tests.app_server):
 the one good request and its exactness check, and a raw HTTP caller for what gradio_client
 cannot send. The pytest fixtures built on these live in conftest.py."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from pathlib import Path
@@ -21,24 +20,6 @@ GEN_ARGS = ["prompt", "method", "budget", "depth", "hardware", "temperature", "t
 def gen_args(**changes) -> list:
     values = {"prompt": PROMPT, "hardware": False, **GOOD, **changes}
     return [values[k] for k in GEN_ARGS]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(draft, target, load=True):
-    from app import create_app, launch_options
-    from engine.worker import Worker
-    worker = Worker(measure_prompts=["hello world", "a tree of tokens"], measure_tokens=24, profile_budget=8)
-    demo, ctx = create_app(str(draft), str(target), "cpu", "float32", worker=worker, load=False)
-    if load:
-        worker.load(str(draft), str(target), "cpu", "float32").wait(120)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
-    return demo, ctx, f"http://127.0.0.1:{port}/"
 
 
 def still_exact(client, reference) -> float:

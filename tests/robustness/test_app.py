@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.robustness.served import ROOT, gen_args, launch, raw_call, still_exact
+from tests.app_server import launch
+from tests.robustness.served import ROOT, gen_args, raw_call, still_exact, wait_for
 from tests.tiny import save_pair, tiny_pair_dirs
 
 pytest.importorskip("gradio")
@@ -304,9 +305,7 @@ def test_a_client_that_goes_away_stops_its_job_and_frees_the_worker(served, clie
     long_run = gen_args(method="ar", max_new_tokens=240)
     if how == "cancel":
         job = client.submit(*long_run, api_name="/generate")
-        deadline = time.monotonic() + 30
-        while not any(j.state == "running" for j in jobs) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: any(j.state == "running" for j in jobs), 30)
         time.sleep(0.2)
         job.cancel()
     else:

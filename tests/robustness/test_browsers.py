@@ -5,28 +5,16 @@ greedy text, the same the CLI gives. Skipped only without /usr/bin/chromium (CI 
 `chromium`)."""
 from __future__ import annotations
 
-import contextlib
-import shutil
-import tempfile
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
 from gradio_client import Client
 
+from tests.chromium import DONE_OR_ERROR, browsers, needs_chromium, page_errors
 from tests.robustness.served import GOOD, PROMPT, HoldForward, gen_args, wait_for
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--no-first-run", "--disable-sync", "--disable-quic", "--disable-dev-shm-usage"]
-
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed "
-                                "(apt-get install -y chromium)")
-
-DONE_OR_ERROR = ("() => { const s = document.querySelector('#sq-live-status');"
-                 " return s && (s.innerText.includes('Done') || s.innerText.includes('✗'))"
-                 " || document.querySelector('[data-testid=\"toast-body\"]'); }")
+pytestmark = needs_chromium
 
 
 def waiting(url: str) -> int:
@@ -35,28 +23,6 @@ def waiting(url: str) -> int:
 
 def words(text: str) -> str:
     return " ".join(text.split())  # the page lays text out as HTML; compare it word by word
-
-
-@contextlib.contextmanager
-def browsers(count: int):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    profiles = [tempfile.mkdtemp(prefix="sequoia-chromium-") for _ in range(count)]
-    with sync_api.sync_playwright() as p:
-        opened = []
-        try:
-            for profile in profiles:
-                opened.append(p.chromium.launch_persistent_context(
-                    profile, executable_path=CHROMIUM, headless=True, args=FLAGS,
-                    viewport={"width": 1280, "height": 800}))
-            pages = [b.new_page() for b in opened]
-            for pg in pages:
-                pg.set_default_timeout(90_000)
-            yield pages
-        finally:
-            for b in opened:
-                b.close()
-            for profile in profiles:
-                shutil.rmtree(profile, ignore_errors=True)
 
 
 def fill_good_request(pg) -> None:
@@ -82,7 +48,7 @@ def test_two_browsers_and_a_script_at_once(served, reference, jobs):
         except Exception as exc:  # noqa: BLE001
             errors.append(repr(exc))
 
-    with browsers(2) as pages:
+    with browsers(2, timeout_ms=90_000) as pages:
         for pg in pages:
             pg.goto(served["url"])
             pg.wait_for_selector("#sq-generate")
@@ -105,7 +71,7 @@ def test_two_browsers_and_a_script_at_once(served, reference, jobs):
             pg.wait_for_timeout(500)  # the last text update
         statuses = [pg.locator("#sq-live-status").inner_text() for pg in pages]
         texts = [pg.locator("#sq-text .sq-text").inner_text() for pg in pages]
-        toasts = [t.inner_text() for pg in pages for t in pg.locator('[data-testid="toast-body"]').all()]
+        toasts = [t for pg in pages for t in page_errors(pg)]
         thread.join(120)
     assert not errors and not toasts, (errors, toasts)
     assert all("Done" in s for s in statuses), statuses
