@@ -1,6 +1,7 @@
 """Side-by-side measurements of the decoding methods on one pair: tokens/s, tokens/step, speedup
 over autoregressive, predicted vs observed tokens/step, time split, peak memory; as a table,
-JSON and a plot (ARCHITECTURE.md: engine/bench.py; issue 6).
+JSON and a plot (ARCHITECTURE.md: engine/bench.py; issue 6). This module measures; showing the
+report is engine/bench_report.py, the optional oneDNN linear path is engine/cpu_kernels.py.
 
 How a run is made (so that the numbers can be trusted and compared):
 - One `Settings` per (temperature, prompt): every method decodes the same prompt with the same
@@ -22,9 +23,7 @@ How a run is made (so that the numbers can be trusted and compared):
 """
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import platform
 import re
@@ -39,29 +38,22 @@ import torch
 
 from engine import methods as M
 from engine import profiler
+from engine.cpu_kernels import target_forward_times, use_onednn_linear
 from engine.decoding import generate
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt
+from engine.prompts import Prompt, asset_prompts, prompt_mix, prompts_from_texts  # noqa: F401
 from engine.planner import CostCurve, choose_shape, step_seconds
-from engine.plans import TABLE_DEPTH, table_for
+from engine.planning import TABLE_DEPTH, table_for
 from engine.settings import Settings
 from engine.tree import Tree
 
 log = logging.getLogger(__name__)
 
-ASSET_PROMPTS = Path(__file__).resolve().parents[1] / "assets" / "prompts.json"
-FAMILY_ORDER = ("ar", "chain", "specinfer", "sequoia", "sequoia-auto")
 Progress = Callable[[str], None]
 
 
 # ------------------------------------------------------------------ configuration
-@dataclass
-class Prompt:
-    title: str
-    kind: str   # code | prose | custom
-    text: str
-
-
 @dataclass
 class BenchConfig:
     temperatures: tuple[float, ...] = (0.0, 0.7)
@@ -99,24 +91,9 @@ QUICK = dict(temperatures=(0.0, 0.7), max_new_tokens=12, budgets=(4, 8), chain_d
 QUICK_PROMPT_MIX = {"code": 1, "prose": 1}
 
 
-def asset_prompts() -> list[Prompt]:
-    return [Prompt(p.get("title", f"prompt {i + 1}"), p.get("kind", "custom"), p["prompt"])
-            for i, p in enumerate(json.loads(ASSET_PROMPTS.read_text(encoding="utf-8")))]
-
-
 def default_prompts(mix: dict[str, int] | None = None) -> list[Prompt]:
     """The first prompts of each kind from assets/prompts.json (2 code + 1 prose by default)."""
-    mix = DEFAULT_PROMPT_MIX if mix is None else mix
-    out, seen = [], {k: 0 for k in mix}
-    for p in asset_prompts():
-        if p.kind in mix and seen[p.kind] < mix[p.kind]:
-            out.append(p)
-            seen[p.kind] += 1
-    return out
-
-
-def prompts_from_texts(texts: list[str]) -> list[Prompt]:
-    return [Prompt(f"prompt {i + 1}", "custom", t) for i, t in enumerate(texts)]
+    return prompt_mix(DEFAULT_PROMPT_MIX if mix is None else mix)
 
 
 # ------------------------------------------------------------------ measurement helpers
@@ -322,10 +299,10 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     if config.cpu_linear != "default":
         if pair.device.type != "cpu":
             raise UserError("--cpu-linear onednn/onednn-all is for CPU runs")
-        linear_info["target_forward_seconds_default"] = _forward_times(pair)
+        linear_info["target_forward_seconds_default"] = target_forward_times(pair)
         linear_info["layers_packed"] = use_onednn_linear(
             pair, single_row="onednn" if config.cpu_linear == "onednn-all" else "default")
-        linear_info["target_forward_seconds_onednn"] = _forward_times(pair)
+        linear_info["target_forward_seconds_onednn"] = target_forward_times(pair)
         say(f"oneDNN packed linear layers: {linear_info['layers_packed']}; target forward s (1, 16 tokens): "
             f"default {linear_info['target_forward_seconds_default']}, now {linear_info['target_forward_seconds_onednn']}")
     machine = describe_machine(pair)
@@ -572,201 +549,3 @@ def evaluate_goals(results: list[dict]) -> list[dict]:
         goals.append({"goal": "T=0: every method reproduces the autoregressive tokens", "measured": len(mism),
                       "target": 0, "met": not mism, "detail": ", ".join(mism) or "all equal"})
     return goals
-
-
-# ------------------------------------------------------------------ output
-def _fmt(x, spec=".2f", none="-"):
-    return none if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
-
-
-def format_table(report: dict) -> str:
-    head = (f"{'T':>4} {'method':<26} {'n':>3} {'d':>2} {'tok/s med [min-max]':>22} {'speedup':>7} "
-            f"{'tok/step':>8} {'pred':>5} {'draft%':>6} {'verify%':>7} {'other%':>6} {'peakMB':>7} {'+runMB':>6}")
-    lines = [head, "-" * len(head)]
-    for r in report["results"]:
-        spread = f"{r['tokens_per_second']:.2f} [{r['tokens_per_second_min']:.2f}-{r['tokens_per_second_max']:.2f}]"
-        lines.append(
-            f"{r['temperature']:>4g} {r['label']:<26} {r['nodes']:>3} {r['depth']:>2} {spread:>22} "
-            f"{_fmt(r['speedup_vs_ar']):>7} {r['tokens_per_step']:>8.2f} {_fmt(r['predicted_tokens_per_step']):>5} "
-            f"{_fmt(100 * (r['draft_fraction'] or 0), '.0f'):>6} {_fmt(100 * (r['verify_fraction'] or 0), '.0f'):>7} "
-            f"{_fmt(100 * (r['other_fraction'] or 0), '.0f'):>6} "
-            f"{_fmt(r['peak_memory_bytes'] / 2**20 if r['peak_memory_bytes'] else None, '.0f'):>7} "
-            f"{_fmt(r['peak_memory_above_start_bytes'] / 2**20 if r.get('peak_memory_above_start_bytes') else None, '.0f'):>6}")
-    return "\n".join(lines)
-
-
-def markdown_table(report: dict) -> str:
-    """The results as a Markdown table (for the README's Results section)."""
-    rows = ["| T | method | nodes | depth | tokens/s median [min–max] | speedup vs AR | tokens/step "
-            "(predicted) | draft / verify / other | peak RSS |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        pred = f" ({r['predicted_tokens_per_step']:.2f})" if r.get("predicted_tokens_per_step") else ""
-        split = "/".join(f"{100 * (r[k] or 0):.0f}" for k in ("draft_fraction", "verify_fraction", "other_fraction"))
-        mem = f"{r['peak_memory_bytes'] / 2**30:.1f} GiB" if r.get("peak_memory_bytes") else "-"
-        rows.append(f"| {r['temperature']:g} | {r['label']} | {r['nodes']} | {r['depth']} | "
-                    f"{r['tokens_per_second']:.2f} [{r['tokens_per_second_min']:.2f}–{r['tokens_per_second_max']:.2f}] | "
-                    f"{_fmt(r['speedup_vs_ar'])}× | {r['tokens_per_step']:.2f}{pred} | {split} % | {mem} |")
-    return "\n".join(rows)
-
-
-def format_goals(report: dict) -> str:
-    lines = []
-    for g in report["goals"]:
-        m = g["measured"]
-        shown = f"{m:+.1%}" if "within 10 %" in g["goal"] else (f"{m:.0%}" if "10 % of step" in g["goal"]
-                                                               else (f"{m}" if isinstance(m, int) else f"{m:.2f}"))
-        lines.append(f"[{'met' if g['met'] else 'NOT met'}] {g['goal']}: {shown}"
-                     + (f" ({g['detail']})" if g.get("detail") else ""))
-    return "\n".join(lines)
-
-
-def format_machine(report: dict) -> str:
-    m = report["machine"]
-    la = m.get("load_average_1min_during_runs") or {}
-    return (f"{m.get('processor')} ({m.get('cpu_count')} CPUs, {m.get('torch_threads')} torch threads)"
-            + (f", GPU {m['gpu']}" if m.get("gpu") else "")
-            + f"; torch {m.get('torch')}, transformers {m.get('transformers')}; device {m.get('device')} "
-              f"{m.get('dtype')}; load average start {m.get('load_average_start')}, "
-              f"during runs {la.get('min')}-{la.get('max')} (median {la.get('median')}), end {m.get('load_average_end')}")
-
-
-def write_json(report: dict, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1, default=_json_default) + "\n", encoding="utf-8")
-    return path
-
-
-def _json_default(o):
-    if isinstance(o, (set, tuple)):
-        return list(o)
-    if isinstance(o, Path):
-        return str(o)
-    if hasattr(o, "item"):
-        return o.item()
-    raise TypeError(f"cannot serialise {type(o).__name__}")
-
-
-def plot(report: dict, path: str | Path) -> Path:
-    """tokens/step vs nodes and tokens/s vs nodes, one column per temperature."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    temps = sorted({r["temperature"] for r in report["results"]})
-    fig, axes = plt.subplots(2, len(temps), figsize=(6.2 * len(temps), 8.5), squeeze=False)
-    style = {"ar": ("black", "s"), "chain": ("tab:blue", "o"), "specinfer": ("tab:orange", "^"),
-             "sequoia": ("tab:green", "D"), "sequoia-auto": ("tab:red", "*")}
-    for j, t in enumerate(temps):
-        rs = [r for r in report["results"] if r["temperature"] == t]
-        for i, (field_, label) in enumerate((("tokens_per_step", "tokens / step"),
-                                             ("tokens_per_second", "tokens / s"))):
-            ax = axes[i][j]
-            for fam in FAMILY_ORDER:
-                fr = sorted((r for r in rs if r["method"] == fam), key=lambda r: r["nodes"])
-                if not fr:
-                    continue
-                color, marker = style[fam]
-                xs, ys = [r["nodes"] for r in fr], [r[field_] for r in fr]
-                ax.plot(xs, ys, marker=marker, color=color, linestyle="-" if fam in ("chain", "sequoia") else "none",
-                        markersize=11 if fam == "sequoia-auto" else 7, label=fam)
-                if field_ == "tokens_per_second":
-                    lo = [r["tokens_per_second_min"] for r in fr]
-                    hi = [r["tokens_per_second_max"] for r in fr]
-                    ax.vlines(xs, lo, hi, color=color, alpha=0.5)
-                if fam == "specinfer":
-                    for r in fr:
-                        ax.annotate(f"{r['width']}x{r['depth']}", (r["nodes"], r[field_]), fontsize=8,
-                                    xytext=(4, -10), textcoords="offset points", color=color)
-                if fam == "sequoia":
-                    pred_key = "predicted_tokens_per_step" if i == 0 else "predicted_tokens_per_second"
-                    px = [r["nodes"] for r in fr if r.get(pred_key)]
-                    py = [r[pred_key] for r in fr if r.get(pred_key)]
-                    if py:
-                        ax.plot(px, py, color=color, linestyle="--", alpha=0.7, label="sequoia predicted")
-            ar_rows = [r for r in rs if r["method"] == "ar"]
-            if ar_rows and field_ == "tokens_per_second":
-                ax.axhline(ar_rows[0][field_], color="black", linewidth=0.8, linestyle=":", label="ar level")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("tree nodes (root included; chain: depth)")
-            ax.set_ylabel(label)
-            ax.set_title(f"T = {t:g}: {label} vs tree size")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-    m = report["machine"]
-    names = [Path(str(report['pair'][k])).name for k in ("draft", "target")]
-    fig.suptitle(f"{names[0]} -> {names[1]} on {m.get('gpu') or m.get('processor')} "
-                 f"({m.get('device')}, {m.get('dtype')})", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
-# ------------------------------------------------------------------ optional CPU fast path
-def use_onednn_linear(pair: ModelPair, single_row: str = "default") -> int:
-    """Route fp32 nn.Linear calls through oneDNN with pre-packed weights (CPU only).
-
-    PyTorch's default fp32 CPU path handles 2..64 rows poorly (a 16-token forward costs several
-    times a 1-token one); oneDNN with a packed weight is much flatter.
-    single_row="default" (--cpu-linear onednn): 1-row calls keep the default path, so
-      autoregressive decoding is untouched and the comparison stays fair; costs one packed copy
-      of every linear weight (about doubles model memory).
-    single_row="onednn" (--cpu-linear onednn-all): every call goes through oneDNN and the plain
-      weights are released (memory-neutral, tied embeddings excepted); autoregressive decoding
-      then runs on oneDNN too, so compare its t(1) with the default path's (run_bench records both).
-    Returns the number of layers patched; 0 (default path untouched) where the ops are missing.
-    Results differ from the default path only by float rounding (different kernels), like any
-    change of batch size does."""
-    mk = getattr(torch.ops, "mkldnn", None)
-    if mk is None or not hasattr(mk, "_reorder_linear_weight") or not torch.backends.mkldnn.is_available():
-        return 0
-    count = 0
-    for model in (pair.target, pair.draft):
-        emb = model.get_input_embeddings()
-        tied = {emb.weight.data_ptr()} if emb is not None else set()
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32 \
-                    and module.weight.device.type == "cpu" and not hasattr(module, "_onednn_packed"):
-                try:
-                    packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
-                    probe = torch.zeros(2, module.in_features)
-                    torch.ops.mkldnn._linear_pointwise(probe, packed, module.bias, "none", [], "")
-                except RuntimeError:
-                    return count
-                module._onednn_packed = packed
-                all_rows = single_row == "onednn"
-                if all_rows and module.weight.data_ptr() not in tied:
-                    # keep the shape for anyone who asks, drop the memory
-                    module.weight = torch.nn.Parameter(torch.empty(module.weight.shape, device="meta"),
-                                                       requires_grad=False)
-                module.forward = _packed_forward(module, all_rows)
-                count += 1
-    return count
-
-
-def _packed_forward(module: torch.nn.Linear, all_rows: bool = False):
-    weight, bias, packed = module.weight, module.bias, module._onednn_packed
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1] if x.dim() else 1
-        plain = x.dtype != torch.float32 or torch.is_grad_enabled() or (rows <= 1 and not all_rows)
-        if plain:
-            if weight.device.type == "meta":
-                raise RuntimeError("this layer's weights live only in oneDNN's packed form (fp32, inference only)")
-            return torch.nn.functional.linear(x, weight, bias)
-        flat = x.reshape(rows, x.shape[-1])
-        out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), packed, bias, "none", [], "")
-        return out.reshape(*x.shape[:-1], out.shape[-1])
-
-    return forward
-
-
-def _forward_times(pair: ModelPair, sizes=(1, 16), repeats: int = 5) -> dict:
-    """Median target forward seconds over n tokens (128-token prefix): to compare linear paths."""
-    prefix = [(31 * i + 11) % pair.vocab_size for i in range(128)]
-    return {n: profiler._time_forward(pair.target, prefix, n, repeats, time.perf_counter, lambda: False)
-            for n in sizes}

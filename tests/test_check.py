@@ -1,4 +1,4 @@
-"""The losslessness self-check (engine/check.py, `python -m engine check`): it passes on a correct tiny
+"""The losslessness self-check (engine/check/, `python -m engine check`): it passes on a correct tiny
 pair and fails when the verifier or the cache commit is deliberately broken."""
 import collections
 import json

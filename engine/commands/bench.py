@@ -1,5 +1,6 @@
 """`python -m engine bench`: autoregressive, chains, SpecInfer and Sequoia side by side on the same
-prompts and seeds; prints a table and the goals, writes JSON and a plot (engine/bench.py).
+prompts and seeds; prints a table and the goals, writes JSON and a plot (engine/bench.py measures,
+engine/bench_report.py shows).
 
 Without flags this is the committed CPU run: the embedded default pair, 2 code + 1 prose example
 prompts, 32 new tokens, T = 0 and 0.7, chains 3/5/7, SpecInfer 2x4 and 5x4, Sequoia at 4/8/16/32
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine import bench
+from engine import bench, bench_report
 from engine.commands.common import add_pair_args, pair_from_args, read_prompts
 from engine.errors import UserError
 
@@ -139,12 +140,12 @@ def run(args) -> int:
     pair = pair_from_args(args)
     report = bench.run_bench(pair, prompts, config)
     print(f"{report['pair']['draft']} -> {report['pair']['target']}; {len(prompts)} prompts, "
-          f"{config.max_new_tokens} new tokens each; {bench.format_machine(report)}")
-    print(bench.format_table(report))
+          f"{config.max_new_tokens} new tokens each; {bench_report.format_machine(report)}")
+    print(bench_report.format_table(report))
     print()
-    print(bench.format_goals(report))
+    print(bench_report.format_goals(report))
     if args.json_out:
-        print(f"JSON: {bench.write_json(report, args.json_out)}", file=sys.stderr)
+        print(f"JSON: {bench_report.write_json(report, args.json_out)}", file=sys.stderr)
     if args.plot:
-        print(f"plot: {bench.plot(report, args.plot)}", file=sys.stderr)
+        print(f"plot: {bench_report.plot(report, args.plot)}", file=sys.stderr)
     return 0

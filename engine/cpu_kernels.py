@@ -1,0 +1,233 @@
+"""How the models' linear layers run on a CPU (`--cpu-kernels fast|default`).
+
+PyTorch's default fp32 CPU matmul re-packs the weight on every call with more than one row, so
+a tree forward of 8 tokens costs about twice a 1-token forward although both are bound by
+reading the weights. `fast` packs every linear once, at load time, keeping one copy:
+
+- target: fbgemm's packed float16 weights with float32 activations and accumulation
+  (`linear_prepack_fp16` / `linear_dynamic_fp16`, what `quantize_dynamic(dtype=float16)` uses),
+  for every layer whose weights float16 holds exactly (checkpoints stored as float16, like the
+  embedded pair); other layers get oneDNN's pre-packed float32 weights. Both keep a row's output
+  independent of the other rows of the call (tests/test_cpu_kernels.py), which is what makes the
+  tree forward score each token exactly as the autoregressive forward does (ALGORITHM.md §7).
+- draft: int8 weights with dynamically quantised activations (fbgemm). Rows then depend on each
+  other through the per-call activation scale; that is allowed for the draft, whose q is used
+  exactly as computed (ALGORITHM.md §7), but never for the target.
+- embeddings: float16 storage when exact, looked up and widened to float32.
+
+`default` leaves the models as loaded."""
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import UserError
+
+KERNEL_CHOICES = ("fast", "default")
+
+
+def _fp16_exact(weight: torch.Tensor) -> bool:
+    w = weight.detach()
+    if w.dtype == torch.float16:
+        return True
+    return bool(torch.equal(w.to(torch.float16).to(w.dtype), w))
+
+
+class PackedLinear(torch.nn.Module):
+    """nn.Linear with its weight packed once for one CPU kernel; inference only."""
+
+    def __init__(self, linear: torch.nn.Linear, kind: str):
+        super().__init__()
+        self.in_features, self.out_features, self.kind = linear.in_features, linear.out_features, kind
+        weight = linear.weight.detach().float()
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.bias = bias  # oneDNN takes it per call; fbgemm keeps its own copy in the packed blob
+        if kind == "fp16":
+            self._packed = torch.ops.quantized.linear_prepack_fp16(weight, bias)
+            self.packed_bytes = weight.numel() * 2
+        elif kind == "int8":
+            scale = weight.abs().amax(dim=1).clamp_min(1e-8) / 127
+            with warnings.catch_warnings():  # quantized tensors are deprecated but fbgemm's int8 path needs them
+                warnings.simplefilter("ignore")
+                q = torch.quantize_per_channel(weight, scale.double(), torch.zeros_like(scale, dtype=torch.long),
+                                               0, torch.qint8)
+            self._packed = torch.ops.quantized.linear_prepack(q, bias)
+            self.packed_bytes = weight.numel()
+        elif kind == "onednn":
+            self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            self.packed_bytes = weight.numel() * 4
+        else:
+            raise ValueError(f"unknown packed kind {kind!r}")
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """Shape and dtype only (the values live in the packed blob), for code that asks for them."""
+        return torch.empty(self.out_features, self.in_features, device="meta")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).float().contiguous()
+        if self.kind == "fp16":
+            out = torch.ops.quantized.linear_dynamic_fp16(flat, self._packed)
+        elif self.kind == "int8":
+            out = torch.ops.quantized.linear_dynamic(flat, self._packed, True)  # reduce_range: safe on AVX2
+        else:
+            out = torch.ops.mkldnn._linear_pointwise(flat, self._packed, self.bias, "none", [], "")
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, kind={self.kind}"
+
+
+class HalfEmbedding(torch.nn.Module):
+    """An embedding table kept in float16 (exact for float16 checkpoints), rows widened on lookup."""
+
+    def __init__(self, embedding: torch.nn.Embedding, dtype: torch.dtype):
+        super().__init__()
+        # a buffer, not a parameter: transformers reads a model's dtype from its first parameter
+        self.register_buffer("weight", embedding.weight.detach().to(torch.float16), persistent=False)
+        self.padding_idx, self.out_dtype = embedding.padding_idx, dtype
+        self.num_embeddings, self.embedding_dim = embedding.num_embeddings, embedding.embedding_dim
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.embedding(ids, self.weight).to(self.out_dtype)
+
+
+@dataclass
+class KernelReport:
+    """What `apply` did to one model, for describe(), profiles and the bench JSON."""
+    role: str
+    mode: str
+    linears: dict  # kind -> count
+    embedding: str = "unchanged"
+    packed_bytes: int = 0
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "mode": self.mode, "linears": dict(self.linears), "embedding": self.embedding,
+                "packed_bytes": self.packed_bytes}
+
+
+def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+
+def applies(mode: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Packed kernels run float32 activations on a CPU; elsewhere the models load as usual."""
+    return mode == "fast" and torch.device(device).type == "cpu" and dtype == torch.float32
+
+
+def stored_dtype(source: str) -> torch.dtype | None:
+    """torch.float16 when a local checkpoint says it is stored as float16 (then it is read as
+    stored and packed without a float32 copy), else None."""
+    path = Path(source) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return torch.float16 if (config.get("dtype") or config.get("torch_dtype")) == "float16" else None
+
+
+def release_freed_memory() -> None:
+    """Hand the heap that the unpacked weights used back to the OS (glibc keeps it otherwise)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def pack(model: torch.nn.Module, role: str) -> KernelReport:
+    """Pack `model`'s linears for the CPU (role 'target' or 'draft'), in place; the rest of the
+    model runs in float32."""
+    report = KernelReport(role, "fast", {})
+    linears = [(n, m) for n, m in model.named_modules() if type(m) is torch.nn.Linear]
+    for name, linear in linears:
+        kind = "int8" if role == "draft" else ("fp16" if _fp16_exact(linear.weight) else "onednn")
+        packed = PackedLinear(linear, kind)
+        _replace(model, name, packed)
+        report.linears[kind] = report.linears.get(kind, 0) + 1
+        report.packed_bytes += packed.packed_bytes
+    embedding = model.get_input_embeddings()
+    half = type(embedding) is torch.nn.Embedding and _fp16_exact(embedding.weight)
+    with torch.no_grad():  # norms, biases, rotary tables...: float32 like the activations
+        for tensor in (*model.parameters(), *model.buffers()):
+            if tensor.is_floating_point() and tensor.dtype != torch.float32 and not (half and tensor is embedding.weight):
+                tensor.data = tensor.data.float()
+    if half:
+        model.set_input_embeddings(HalfEmbedding(embedding, torch.float32))
+        report.embedding = "float16"
+        report.packed_bytes += embedding.weight.numel() * 2
+    model.config.dtype = torch.float32
+    return report
+
+
+# ---------------------------------------------------------------- the bench's older oneDNN experiment
+def use_onednn_linear(pair: ModelPair, single_row: str = "default") -> int:
+    """Route fp32 nn.Linear calls through oneDNN with pre-packed weights (CPU only).
+
+    PyTorch's default fp32 CPU path handles 2..64 rows poorly (a 16-token forward costs several
+    times a 1-token one); oneDNN with a packed weight is much flatter.
+    single_row="default" (--cpu-linear onednn): 1-row calls keep the default path, so
+      autoregressive decoding is untouched and the comparison stays fair; costs one packed copy
+      of every linear weight (about doubles model memory).
+    single_row="onednn" (--cpu-linear onednn-all): every call goes through oneDNN and the plain
+      weights are released (memory-neutral, tied embeddings excepted); autoregressive decoding
+      then runs on oneDNN too, so compare its t(1) with the default path's (run_bench records both).
+    Returns the number of layers patched; 0 (default path untouched) where the ops are missing.
+    Results differ from the default path only by float rounding (different kernels), like any
+    change of batch size does."""
+    mk = getattr(torch.ops, "mkldnn", None)
+    if mk is None or not hasattr(mk, "_reorder_linear_weight") or not torch.backends.mkldnn.is_available():
+        return 0
+    count = 0
+    for model in (pair.target, pair.draft):
+        emb = model.get_input_embeddings()
+        tied = {emb.weight.data_ptr()} if emb is not None else set()
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32 \
+                    and module.weight.device.type == "cpu" and not hasattr(module, "_onednn_packed"):
+                try:
+                    packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
+                    probe = torch.zeros(2, module.in_features)
+                    torch.ops.mkldnn._linear_pointwise(probe, packed, module.bias, "none", [], "")
+                except RuntimeError:
+                    return count
+                module._onednn_packed = packed
+                all_rows = single_row == "onednn"
+                if all_rows and module.weight.data_ptr() not in tied:
+                    # keep the shape for anyone who asks, drop the memory
+                    module.weight = torch.nn.Parameter(torch.empty(module.weight.shape, device="meta"),
+                                                       requires_grad=False)
+                module.forward = _packed_forward(module, all_rows)
+                count += 1
+    return count
+
+
+def _packed_forward(module: torch.nn.Linear, all_rows: bool = False):
+    weight, bias, packed = module.weight, module.bias, module._onednn_packed
+
+    def forward(x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // x.shape[-1] if x.dim() else 1
+        plain = x.dtype != torch.float32 or torch.is_grad_enabled() or (rows <= 1 and not all_rows)
+        if plain:
+            if weight.device.type == "meta":
+                raise RuntimeError("this layer's weights live only in oneDNN's packed form (fp32, inference only)")
+            return torch.nn.functional.linear(x, weight, bias)
+        flat = x.reshape(rows, x.shape[-1])
+        out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), packed, bias, "none", [], "")
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    return forward
+
+
+def target_forward_times(pair: "ModelPair", sizes=(1, 16), repeats: int = 5) -> dict:
+    from engine import profiler
+    """Median target forward seconds over n tokens (128-token prefix): to compare linear paths."""
+    prefix = [(31 * i + 11) % pair.vocab_size for i in range(128)]
+    return {n: profiler._time_forward(pair.target, prefix, n, repeats, time.perf_counter, lambda: False)
+            for n in sizes}
