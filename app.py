@@ -14,6 +14,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", default="default", help="target model: HF id, local folder, or 'default' (embedded)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
     p.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
+    p.add_argument("--cpu-kernels", choices=["fast", "default"], default="fast",
+                   help="on a CPU: fast = linears packed once (target float16 weights with float32 maths, "
+                        "row-independent; draft int8); default = PyTorch's float32 path")
     g = p.add_argument_group("big targets (accelerate device maps)")
     g.add_argument("--target-device-map", default=None,
                    help="device map for the target: auto, balanced, balanced_low_0, sequential or a JSON file "
@@ -39,14 +42,16 @@ def build(args: argparse.Namespace, worker=None):
     """The page around a worker that starts loading the pair at once. Returns (gr.Blocks, AppContext)."""
     from app import create_app, ui
     placement = {k: getattr(args, k) for k in PLACEMENT if getattr(args, k)}
+    kernels = getattr(args, "cpu_kernels", "fast")
     if not placement:
-        return create_app(args.draft, args.target, args.device, args.dtype, worker=worker)
+        return create_app(args.draft, args.target, args.device, args.dtype, worker=worker, cpu_kernels=kernels)
     from app.state import AppContext, Sessions, load_prompts
     from engine.worker import Worker
     worker = worker or Worker()
-    ctx = AppContext(worker=worker, sessions=Sessions(), prompts=load_prompts())
-    worker.load(args.draft, args.target, args.device, args.dtype, **placement)
-    defaults = {"draft": args.draft, "target": args.target, "device": args.device, "dtype": args.dtype, **placement}
+    ctx = AppContext(worker=worker, sessions=Sessions(), prompts=load_prompts()).for_device(args.device)
+    worker.load(args.draft, args.target, args.device, args.dtype, cpu_kernels=kernels, **placement)
+    defaults = {"draft": args.draft, "target": args.target, "device": args.device, "dtype": args.dtype,
+                "cpu_kernels": kernels, **placement}
     return ui.build(ctx, defaults), ctx
 
 

@@ -12,7 +12,8 @@ from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
 from engine.decoding import StepEvent
 from engine.errors import UserError
 from engine.tree import Tree, TreeError
-from engine.worker import NeedsMeasurement, Note, Progress
+from engine.jobs import Note, Progress
+from engine.planning import NeedsMeasurement
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             example = gr.Dropdown(choices=[p["title"] for p in prompts], value=None, label="Example prompts",
                                   elem_id="sq-example")
             method = gr.Dropdown(METHOD_CHOICES, value="sequoia", label="Method", elem_id="sq-method")
-            hardware = gr.Checkbox(value=False, label="Hardware-aware (planner picks n ≤ budget, d ≤ depth from "
+            hardware = gr.Checkbox(value=True, label="Hardware-aware (planner picks n ≤ budget, d ≤ depth from "
                                                       "the device profile)", elem_id="sq-hw")
             budget = gr.Slider(1, ctx.max_budget, value=ctx.default_budget, step=1,
                                label="Tree budget n (nodes, root included)", elem_id="sq-budget")

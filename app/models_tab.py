@@ -14,7 +14,7 @@ from engine.check import CheckConfig
 from engine.errors import UserError
 from engine.models import parse_max_memory
 from engine.paths import cache_dir
-from engine.worker import Progress
+from engine.jobs import Progress
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]
 DTYPES = ["auto", "float32", "bfloat16", "float16"]
@@ -56,6 +56,11 @@ def pair_markdown(info: dict | None, loading: bool = False) -> str:
             f"| target | `{info['target']}` | {render.human_count(info.get('target_parameters'))} |\n\n"
             f"device **{info['device']}** · dtype **{info['dtype']}** · context {info.get('context_limit')} "
             f"tokens · vocabulary {info.get('vocab_size')}")
+    kernels = info.get("kernels") or {}
+    if info.get("cpu_kernels") == "fast":
+        done = "; ".join(f"{role}: " + ", ".join(f"{k} ×{n}" for k, n in kernels.get(role, {}).get("linears", {}).items())
+                         for role in ("target", "draft") if kernels.get(role, {}).get("linears"))
+        text += f" · CPU kernels **fast** (linears packed once — {done})"
     for role in ("target", "draft"):
         where = info.get(f"{role}_device_map")
         if where:
@@ -155,6 +160,9 @@ def build(ctx: AppContext, defaults: dict) -> dict:
         device = gr.Dropdown(DEVICES, value=defaults.get("device") or "auto", label="Device", allow_custom_value=True,
                              elem_id="sq-device")
         dtype = gr.Dropdown(DTYPES, value=defaults.get("dtype") or "auto", label="Dtype", elem_id="sq-dtype")
+        kernels = gr.Radio(["fast", "default"], value=defaults.get("cpu_kernels") or "fast", label="CPU kernels",
+                           info="fast: linears packed once (target float16 weights, float32 maths; draft int8)",
+                           elem_id="sq-cpu-kernels")
     trusted = {k: defaults.get(k) for k in ("target_device_map", "draft_device_map", "offload_folder")}
 
     def map_choices(key):
@@ -205,7 +213,7 @@ def build(ctx: AppContext, defaults: dict) -> dict:
 
     # ------------------------------------------------------------ handlers
     def load_models(draft_v, target_v, device_v, dtype_v, target_map_v=NO_MAP, draft_map_v=NO_MAP,
-                    max_memory_v="", offload_v=""):
+                    max_memory_v="", offload_v="", kernels_v="fast"):
         draft_v, target_v = (draft_v or "").strip(), (target_v or "").strip()
         try:
             if not draft_v or not target_v:
@@ -219,7 +227,8 @@ def build(ctx: AppContext, defaults: dict) -> dict:
             if (placement["max_memory"] or placement["offload_folder"]) and not (
                     placement["target_device_map"] or placement["draft_device_map"]):
                 raise UserError("max memory and an offload folder need a device map (e.g. target device map: auto)")
-            job = ctx.worker.load(draft_v, target_v, device_v or None, dtype_v or None, **placement)
+            job = ctx.worker.load(draft_v, target_v, device_v or None, dtype_v or None,
+                                  cpu_kernels=kernels_v or "fast", **placement)
         except UserError as exc:
             yield {status: f"✗ {exc}"}
             raise gr.Error(str(exc)) from None
@@ -297,7 +306,7 @@ def build(ctx: AppContext, defaults: dict) -> dict:
             return "■ stopping the check after the current step…"
         return "No check is running in this tab."
 
-    load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload]
+    load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels]
     # the pair's dict stays the last output (scripts read loaded[-1])
     load_event = load.click(load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
                                                        report_json, check_status, pair_json],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
@@ -12,13 +13,48 @@ import gradio as gr
 from app import plots, render
 from app.live import LIGHT, MODEL, failure_message, progress_text
 from app.state import AppContext, read_tree_file, settings_from, spec_from
+from engine import export as tree_export
 from engine import planner
 from engine.errors import UserError
-from engine.plans import table_for
+from engine.jobs import Progress
+from engine.planning import NeedsMeasurement, table_for
 from engine.tree import TreeError
-from engine.worker import NeedsMeasurement, Progress
 
 EXPORT_DIR = Path(tempfile.mkdtemp(prefix="sequoia-live-export-"))
+_EXPORT_CHOICE: OrderedDict[str, dict] = OrderedDict()  # session -> {"format", "stem"} of its download
+
+
+def write_exports(tree, stem: str, meta: dict, draft: str | None = None, target: str | None = None) -> dict:
+    """The tree in every export format side by side in EXPORT_DIR, so switching formats is a lookup.
+    A format that cannot express the tree (a root-only tree for vllm/medusa) is left out."""
+    files = {}
+    for fmt in tree_export.FORMATS:
+        options = {"draft": draft, "target": target} if fmt == "vllm" else {}
+        try:
+            data = tree_export.export_tree(tree, fmt, **options)
+        except TreeError:
+            continue
+        if fmt == "json":  # the app's JSON also says where the tree came from
+            data = json.dumps({**tree.to_dict(), **meta}, indent=1)
+        path = files[fmt] = EXPORT_DIR / (stem + tree_export.SUFFIX[fmt])
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return files
+
+
+def _export_choice(request) -> dict:
+    key = getattr(request, "session_hash", None) or "default"
+    choice = _EXPORT_CHOICE.pop(key, None) or {"format": "json", "stem": None}
+    _EXPORT_CHOICE[key] = choice
+    while len(_EXPORT_CHOICE) > 256:  # bounded: old sessions' choices are forgotten
+        _EXPORT_CHOICE.popitem(last=False)
+    return choice
+
+
+def _export_path(choice: dict) -> str | None:
+    if not choice["stem"]:
+        return None
+    path = EXPORT_DIR / (choice["stem"] + tree_export.SUFFIX[choice["format"]])
+    return str(path) if path.exists() else None
 
 
 def build(ctx: AppContext, live: dict) -> dict:
@@ -47,7 +83,10 @@ def build(ctx: AppContext, live: dict) -> dict:
         with gr.Column(scale=2):
             chosen = gr.Plot(show_label=False, elem_id="sq-chosen")
         with gr.Column(scale=1):
-            export = gr.DownloadButton("Export the chosen tree (JSON)", value=None, elem_id="sq-export")
+            export_format = gr.Dropdown(list(tree_export.FORMATS), value="json", label="Export format",
+                                        info="json: this app · vllm: speculative_config · medusa: path list · "
+                                             "growmap: original Sequoia .pt", elem_id="sq-export-format")
+            export = gr.DownloadButton("Export the chosen tree", value=None, elem_id="sq-export")
             upload = gr.File(label="Import a tree: JSON ({\"parents\": [...]}) or an original Sequoia growmap (.pt)",
                              file_types=[".json", ".pt"], type="filepath", elem_id="sq-import")
             import_status = gr.Markdown("")
@@ -127,11 +166,14 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[chosen] = plots.plan_figure(t, plan_vec.probabilities if plan_vec is not None else None,
                                             title=f"Chosen tree: {result.method.label}", height=420)
             digest = hashlib.sha1(json.dumps(t.parents).encode()).hexdigest()[:8]
-            path = EXPORT_DIR / f"sequoia-tree-n{t.size}-d{t.depth}-{digest}.json"
-            path.write_text(json.dumps({**t.to_dict(), "label": result.method.label,
-                                        "expected_tokens": result.expected_tokens,
-                                        "acceptance_note": result.acceptance_note}, indent=1))
-            out[export] = str(path)
+            stem = f"sequoia-tree-n{t.size}-d{t.depth}-{digest}"
+            pair = worker.pair
+            write_exports(t, stem, {"label": result.method.label, "expected_tokens": result.expected_tokens,
+                                    "acceptance_note": result.acceptance_note},
+                          draft=getattr(pair, "draft_name", None), target=getattr(pair, "target_name", None))
+            choice = _export_choice(request)
+            choice["stem"] = stem
+            out[export] = _export_path(choice)
             out[planner_json] = result.summary()
             out[info] = out[header_plan] = render.plan_line(result, sess.running)
         else:
@@ -179,6 +221,16 @@ def build(ctx: AppContext, live: dict) -> dict:
                   show_progress_on=[acc_caption], **MODEL)
     profile.click(run_profile, settings_inputs, outputs, api_name="profile", show_progress="minimal",
                   show_progress_on=[prof_caption], **MODEL)
+    def choose_export_format(fmt_v, request: gr.Request):
+        if fmt_v not in tree_export.FORMATS:
+            raise gr.Error(f"unknown export format {fmt_v!r}")
+        choice = _export_choice(request)
+        choice["format"] = fmt_v
+        return _export_path(choice)
+
+    export_format.change(choose_export_format, export_format, export, api_name="export_format",
+                         show_progress="hidden", **LIGHT)
+
     def stop_measuring(request: gr.Request):
         return "■ stopping…" if ctx.sessions.get(request).stop_all() else "Nothing is running."
 

@@ -10,7 +10,7 @@ from app.live import LIGHT, MODEL, failure_message, progress_text
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.tree import TreeError
-from engine.worker import LaneEvent, Note, Progress
+from engine.jobs import LaneEvent, Note, Progress
 
 UPDATE_INTERVAL = 0.1  # at most 10 page updates per second while racing
 

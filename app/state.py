@@ -16,7 +16,8 @@ from app.gradio_fixes import drop_orphaned_copies
 from engine.errors import UserError
 from engine.settings import Settings
 from engine.tree import Tree, TreeError
-from engine.worker import MethodSpec, Worker
+from engine.planning import MethodSpec
+from engine.worker import Worker
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
@@ -112,6 +113,19 @@ class AppContext:
     max_depth: int = 16
     default_budget: int = 32
     default_depth: int = 8
+
+    def for_device(self, device: str | None) -> "AppContext":
+        """Slider defaults that suit the device: on a CPU a tree forward costs more with every
+        row past a few, so the Race's baselines (chain of d levels, SpecInfer k x d) and the DP lane
+        start at n = 8, d = 4; GPUs keep n = 32, d = 8. (Hardware-aware Sequoia treats them as bounds.)"""
+        from engine.models import resolve_device
+        try:
+            cpu = resolve_device(device).type == "cpu"
+        except Exception:  # noqa: BLE001 - a bad device is reported when the pair loads
+            cpu = False
+        if cpu:
+            self.default_budget, self.default_depth = 8, 4
+        return self
 
 
 def load_prompts() -> list[dict]:

@@ -38,13 +38,11 @@ import torch
 
 from engine import methods as M
 from engine import profiler
-from engine.cpu_kernels import target_forward_times, use_onednn_linear
 from engine.decoding import generate
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt
 from engine.prompts import Prompt, asset_prompts, prompt_mix, prompts_from_texts  # noqa: F401
-from engine.planner import CostCurve, choose_shape, step_seconds
-from engine.planning import TABLE_DEPTH, table_for
+from engine.planning import TABLE_DEPTH, hardware_aware, predict, table_for
 from engine.settings import Settings
 from engine.tree import Tree
 
@@ -76,7 +74,6 @@ class BenchConfig:
     profile_max_budget: int = 64
     profile_repeats: int = 3
     fresh: bool = False                               # measure acceptance + profile even if cached
-    cpu_linear: str = "default"                       # default | onednn | onednn-all (see use_onednn_linear)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -234,9 +231,7 @@ def build_methods(config: BenchConfig, temperature: float, acceptance: list[floa
     if config.auto:
         if prof is None:
             raise UserError("the hardware-aware method needs a device profile")
-        choice = choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
-                              budgets=range(1, config.auto_max_budget + 1),
-                              depths=range(1, config.max_depth + 1))
+        choice = hardware_aware(acceptance, prof, config.auto_max_budget, config.max_depth, not greedy)
         specs.append(MethodSpec("sequoia-auto", M.sequoia(choice.tree, name="sequoia-auto"), budget=choice.n,
                                 predicted_tokens_per_step=choice.predicted_tokens_per_step,
                                 extra={"chosen_budget": choice.n, "chosen_depth_bound": choice.d,
@@ -246,15 +241,11 @@ def build_methods(config: BenchConfig, temperature: float, acceptance: list[floa
         if s.predicted_tokens_per_step is None and (s.method.sampler == "sequoia" or greedy):
             s.predicted_tokens_per_step = s.tree.expected_tokens(acceptance)
     if prof is not None:
-        target = CostCurve(prof.target_seconds, "target_seconds")
-        draft = CostCurve(prof.draft_seconds, "draft_seconds")
-        baseline = target(1) + prof.overhead_seconds
         for s in specs:
             if s.predicted_tokens_per_step is None:
                 continue
-            sec = step_seconds(s.tree.expanding_widths, target, draft, s.tree.size, prof.overhead_seconds)
-            s.predicted_tokens_per_second = s.predicted_tokens_per_step / sec
-            s.predicted_speedup = s.predicted_tokens_per_second * baseline
+            pred = predict(s.tree, acceptance, prof, not greedy)
+            s.predicted_tokens_per_second, s.predicted_speedup = pred.tokens_per_second, pred.speedup
     return specs
 
 
@@ -295,18 +286,8 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     if not prompts:
         raise UserError("no prompts to benchmark")
     started, wall0 = time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter()
-    linear_info = {"mode": config.cpu_linear}
-    if config.cpu_linear != "default":
-        if pair.device.type != "cpu":
-            raise UserError("--cpu-linear onednn/onednn-all is for CPU runs")
-        linear_info["target_forward_seconds_default"] = target_forward_times(pair)
-        linear_info["layers_packed"] = use_onednn_linear(
-            pair, single_row="onednn" if config.cpu_linear == "onednn-all" else "default")
-        linear_info["target_forward_seconds_onednn"] = target_forward_times(pair)
-        say(f"oneDNN packed linear layers: {linear_info['layers_packed']}; target forward s (1, 16 tokens): "
-            f"default {linear_info['target_forward_seconds_default']}, now {linear_info['target_forward_seconds_onednn']}")
     machine = describe_machine(pair)
-    machine["cpu_linear"] = linear_info
+    machine["cpu_kernels"] = {"mode": pair.cpu_kernels_mode, **pair.cpu_kernels}
     memory = PeakMemory(pair.device)
     machine["peak_memory_kind"] = memory.kind
     ids = [encode_prompt(pair, p.text, config.chat) for p in prompts]
@@ -407,15 +388,12 @@ def _acceptance(pair, config: BenchConfig, temperature: float, texts: list[str],
 
 def _profile(pair, config: BenchConfig, say) -> tuple:
     t0 = time.perf_counter()
-    # the cache key knows nothing of the linear path: a oneDNN profile is measured and kept out of it
-    private = config.cpu_linear != "default"
-    prof = None if config.fresh or private else profiler.cached_profile(pair)
+    prof = None if config.fresh else profiler.cached_profile(pair)
     measured = prof is None
     if measured:
         say(f"profiling the device (t(n) for n <= {config.profile_max_budget}, {config.profile_repeats} repeats)")
         prof = profiler.profile_device(pair, max_budget=config.profile_max_budget, repeats=config.profile_repeats)
-        prof.source = (f"measured in this run with --cpu-linear {config.cpu_linear} (not cached)" if private
-                       else str(profiler.save_profile(pair, prof)))
+        prof.source = str(profiler.save_profile(pair, prof))
     info = prof.to_dict()
     info.update(measured_in_run=measured, seconds_in_run=time.perf_counter() - t0)
     say(f"device profile {'measured in this run' if measured else 'from cache ' + prof.source}: t(1) = "

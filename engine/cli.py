@@ -10,7 +10,7 @@ import sys
 from engine.errors import UserError
 from engine.tree import TreeError
 
-COMMANDS = ["generate", "plan", "measure", "profile", "bench", "check"]
+COMMANDS = ["generate", "plan", "measure", "profile", "bench", "check", "export"]
 
 
 def build_parser() -> argparse.ArgumentParser:

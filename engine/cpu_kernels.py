@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import ctypes
 import json
-import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from engine.errors import UserError
 
 KERNEL_CHOICES = ("fast", "default")
 
@@ -106,10 +104,16 @@ class KernelReport:
     linears: dict  # kind -> count
     embedding: str = "unchanged"
     packed_bytes: int = 0
+    packed_parameters: int = 0  # weights now held outside model.parameters()
 
     def to_dict(self) -> dict:
         return {"role": self.role, "mode": self.mode, "linears": dict(self.linears), "embedding": self.embedding,
-                "packed_bytes": self.packed_bytes}
+                "packed_bytes": self.packed_bytes, "packed_parameters": self.packed_parameters}
+
+
+def couples_rows(report: dict) -> bool:
+    """True when a model's kernels make a row's output depend on the other rows of the call."""
+    return bool(report.get("linears", {}).get("int8"))
 
 
 def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
@@ -152,6 +156,7 @@ def pack(model: torch.nn.Module, role: str) -> KernelReport:
         _replace(model, name, packed)
         report.linears[kind] = report.linears.get(kind, 0) + 1
         report.packed_bytes += packed.packed_bytes
+        report.packed_parameters += linear.weight.numel() + (0 if linear.bias is None else linear.bias.numel())
     embedding = model.get_input_embeddings()
     half = type(embedding) is torch.nn.Embedding and _fp16_exact(embedding.weight)
     with torch.no_grad():  # norms, biases, rotary tables...: float32 like the activations
@@ -162,72 +167,7 @@ def pack(model: torch.nn.Module, role: str) -> KernelReport:
         model.set_input_embeddings(HalfEmbedding(embedding, torch.float32))
         report.embedding = "float16"
         report.packed_bytes += embedding.weight.numel() * 2
+        report.packed_parameters += embedding.weight.numel()
     model.config.dtype = torch.float32
     return report
 
-
-# ---------------------------------------------------------------- the bench's older oneDNN experiment
-def use_onednn_linear(pair: ModelPair, single_row: str = "default") -> int:
-    """Route fp32 nn.Linear calls through oneDNN with pre-packed weights (CPU only).
-
-    PyTorch's default fp32 CPU path handles 2..64 rows poorly (a 16-token forward costs several
-    times a 1-token one); oneDNN with a packed weight is much flatter.
-    single_row="default" (--cpu-linear onednn): 1-row calls keep the default path, so
-      autoregressive decoding is untouched and the comparison stays fair; costs one packed copy
-      of every linear weight (about doubles model memory).
-    single_row="onednn" (--cpu-linear onednn-all): every call goes through oneDNN and the plain
-      weights are released (memory-neutral, tied embeddings excepted); autoregressive decoding
-      then runs on oneDNN too, so compare its t(1) with the default path's (run_bench records both).
-    Returns the number of layers patched; 0 (default path untouched) where the ops are missing.
-    Results differ from the default path only by float rounding (different kernels), like any
-    change of batch size does."""
-    mk = getattr(torch.ops, "mkldnn", None)
-    if mk is None or not hasattr(mk, "_reorder_linear_weight") or not torch.backends.mkldnn.is_available():
-        return 0
-    count = 0
-    for model in (pair.target, pair.draft):
-        emb = model.get_input_embeddings()
-        tied = {emb.weight.data_ptr()} if emb is not None else set()
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear) and module.weight.dtype == torch.float32 \
-                    and module.weight.device.type == "cpu" and not hasattr(module, "_onednn_packed"):
-                try:
-                    packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), None)
-                    probe = torch.zeros(2, module.in_features)
-                    torch.ops.mkldnn._linear_pointwise(probe, packed, module.bias, "none", [], "")
-                except RuntimeError:
-                    return count
-                module._onednn_packed = packed
-                all_rows = single_row == "onednn"
-                if all_rows and module.weight.data_ptr() not in tied:
-                    # keep the shape for anyone who asks, drop the memory
-                    module.weight = torch.nn.Parameter(torch.empty(module.weight.shape, device="meta"),
-                                                       requires_grad=False)
-                module.forward = _packed_forward(module, all_rows)
-                count += 1
-    return count
-
-
-def _packed_forward(module: torch.nn.Linear, all_rows: bool = False):
-    weight, bias, packed = module.weight, module.bias, module._onednn_packed
-
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1] if x.dim() else 1
-        plain = x.dtype != torch.float32 or torch.is_grad_enabled() or (rows <= 1 and not all_rows)
-        if plain:
-            if weight.device.type == "meta":
-                raise RuntimeError("this layer's weights live only in oneDNN's packed form (fp32, inference only)")
-            return torch.nn.functional.linear(x, weight, bias)
-        flat = x.reshape(rows, x.shape[-1])
-        out = torch.ops.mkldnn._linear_pointwise(flat.contiguous(), packed, bias, "none", [], "")
-        return out.reshape(*x.shape[:-1], out.shape[-1])
-
-    return forward
-
-
-def target_forward_times(pair: "ModelPair", sizes=(1, 16), repeats: int = 5) -> dict:
-    from engine import profiler
-    """Median target forward seconds over n tokens (128-token prefix): to compare linear paths."""
-    prefix = [(31 * i + 11) % pair.vocab_size for i in range(128)]
-    return {n: profiler._time_forward(pair.target, prefix, n, repeats, time.perf_counter, lambda: False)
-            for n in sizes}

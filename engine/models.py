@@ -14,11 +14,21 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from engine import attention
+from engine import cpu_kernels as cpu_kernels_mod
 from engine.errors import UserError
 
 log = logging.getLogger(__name__)
 
 DEFAULT = "default"
+
+
+def resolve_kernels(value: str | None) -> str:
+    """'auto'/None -> 'fast' (it only takes effect on a CPU); otherwise 'fast' or 'default'."""
+    if value in (None, "", "auto"):
+        return "fast"
+    if value not in cpu_kernels_mod.KERNEL_CHOICES:
+        raise UserError(f"unknown CPU kernels '{value}' (use {' or '.join(cpu_kernels_mod.KERNEL_CHOICES)})")
+    return value
 
 
 @dataclass
@@ -35,18 +45,39 @@ class ModelPair:
     vocab_size: int                      # size of the target's logits: the space p and q live in
     probe: dict = field(default_factory=dict)  # tree-mask probe results, shown by `check`
     kv_window: int | None = None         # smallest sliding window of either model's cache, if any
+    cpu_kernels: dict = field(default_factory=dict)  # role -> what engine.cpu_kernels did to that model
 
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
     def describe(self) -> dict:
-        count = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
+        def count(role):  # packed CPU weights live outside parameters()
+            model = getattr(self, role)
+            return sum(p.numel() for p in model.parameters()) + self.cpu_kernels.get(role, {}).get("packed_parameters", 0)
         return {"draft": self.draft_name, "target": self.target_name,
-                "draft_parameters": count(self.draft), "target_parameters": count(self.target),
+                "draft_parameters": count("draft"), "target_parameters": count("target"),
                 "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
                 "context_limit": self.context_limit, "vocab_size": self.vocab_size,
-                "target_device_map": _summarise_map(self.target), "draft_device_map": _summarise_map(self.draft)}
+                "target_device_map": _summarise_map(self.target), "draft_device_map": _summarise_map(self.draft),
+                "cpu_kernels": self.cpu_kernels_mode, "kernels": self.cpu_kernels}
+
+    @property
+    def cpu_kernels_mode(self) -> str:
+        """'fast' when either model runs on packed CPU kernels, else 'default'."""
+        return "fast" if any(r.get("mode") == "fast" for r in self.cpu_kernels.values()) else "default"
+
+    def rows_coupled(self, role: str) -> bool:
+        """Does this model's output for a token depend on the other rows of its forward? (Allowed
+        for the draft only; see engine/cpu_kernels.py.)"""
+        return cpu_kernels_mod.couples_rows(self.cpu_kernels.get(role, {}))
+
+    def model_bytes(self) -> int:
+        """Bytes of weights held: parameters, buffers and packed CPU weights."""
+        total = 0
+        for model in (self.draft, self.target):
+            total += sum(t.numel() * t.element_size() for t in model.parameters() if t.device.type != "meta")
+        return total + sum(r.get("packed_bytes", 0) for r in self.cpu_kernels.values())
 
 
 def _summarise_map(model) -> dict | None:
@@ -126,10 +157,21 @@ def _load_tokenizer(source: str):
     return _from_pretrained(AutoTokenizer, source)
 
 
-def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement: dict | None = None):
-    """placement: accelerate's device_map / max_memory / offload_folder, or None for one device."""
+def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement: dict | None = None,
+                role: str = "target", kernels: str = "default", name: str = "") -> tuple[torch.nn.Module, dict]:
+    """placement: accelerate's device_map / max_memory / offload_folder, or None for one device.
+    kernels 'fast' on a CPU packs the linears (engine/cpu_kernels.py). Returns (model, what was done)."""
     if not placement:
-        return _from_pretrained(AutoModelForCausalLM, source, dtype=dtype).to(device).eval()
+        if cpu_kernels_mod.applies(kernels, device, dtype):
+            # a float16 checkpoint is read as stored and packed from there: no float32 copy in between;
+            # the mask probe runs first, on the model as stored (packing may couple the draft's rows)
+            stored = cpu_kernels_mod.stored_dtype(source)
+            model = _from_pretrained(AutoModelForCausalLM, source, dtype=stored or dtype).eval()
+            probe = probe_tree_mask(model, name)
+            report = cpu_kernels_mod.pack(model, role).to_dict()
+            return model, {**report, "probe": probe}
+        model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype).to(device).eval()
+        return model, {"role": role, "mode": "default"}
     try:
         model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype, **placement)
     except UserError:
@@ -141,7 +183,7 @@ def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement
     if places == {"disk"} and "offload_folder" not in placement:
         raise UserError(f"--max-memory {placement.get('max_memory')} leaves no room for any part of {source} on "
                         "a device; raise it, or pass --offload-folder to run it entirely from disk")
-    return model.eval()
+    return model.eval(), {"role": role, "mode": "default", "why": "placed by a device map"}
 
 
 DEVICE_MAP_NAMES = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -276,8 +318,9 @@ def probe_tree_mask(model, name: str) -> dict:
 
 def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = None,
               dtype: str | None = None, progress=None, target_device_map=None, draft_device_map=None,
-              max_memory=None, offload_folder=None) -> ModelPair:
+              max_memory=None, offload_folder=None, cpu_kernels: str | None = None) -> ModelPair:
     """Load and check a pair. `progress(stage, fraction, message)` is called between stages.
+    cpu_kernels: 'fast' (the default on a CPU) or 'default' (engine/cpu_kernels.py).
 
     With a device map (accelerate), the target - and the draft if it has its own map - is
     spread over GPUs, CPU and disk; `device` then only says where the draft goes otherwise."""
@@ -289,6 +332,7 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     draft, target = _resolve_source(draft), _resolve_source(target)
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    kernels = resolve_kernels(cpu_kernels)
     target_place = placement(target_device_map, max_memory, offload_folder)
     draft_place = (placement(draft_device_map, max_memory, offload_folder and str(Path(offload_folder) / "draft"))
                    if draft_device_map else None)
@@ -301,19 +345,24 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     report("tokenizers", 0.05, "loading tokenizers")
     draft_tok, target_tok = _load_tokenizer(draft_src), _load_tokenizer(target_src)
     check_same_tokenizer(draft_tok, target_tok, draft, target)
-    report("target", 0.1, f"loading target {target} on {dev} as {dt}")
-    target_model = _load_model(target_src, dev, dt, target_place)
-    report("draft", 0.6, f"loading draft {draft} on {dev} as {dt}")
-    draft_model = _load_model(draft_src, dev, dt, draft_place)
+    on = f"{dev} as {dt}" + (" (fast CPU kernels)" if cpu_kernels_mod.applies(kernels, dev, dt) else "")
+    report("target", 0.1, f"loading target {target} on {on}")
+    target_model, target_kernels = _load_model(target_src, dev, dt, target_place, "target", kernels, target)
+    report("draft", 0.6, f"loading draft {draft} on {on}")
+    draft_model, draft_kernels = _load_model(draft_src, dev, dt, draft_place, "draft", kernels, draft)
+    cpu_kernels_mod.release_freed_memory()
     report("probe", 0.9, "checking that both models honour tree attention masks")
-    probe = {"draft": probe_tree_mask(draft_model, draft), "target": probe_tree_mask(target_model, target)}
+    probe = {role: kernels_done.pop("probe", None) or probe_tree_mask(model, name)
+             for role, model, name, kernels_done in (("draft", draft_model, draft, draft_kernels),
+                                                      ("target", target_model, target, target_kernels))}
     pair = ModelPair(
         draft=draft_model, target=target_model, tokenizer=target_tok,
         draft_name=_display_name(draft, draft_src), target_name=_display_name(target, target_src),
         device=attention.input_device(target_model), dtype=dt, eos_ids=eos_ids(target_model, target_tok),
         context_limit=min(context_limit(target_model, target_tok), context_limit(draft_model, draft_tok)),
         vocab_size=target_model.get_output_embeddings().weight.shape[0], probe=probe,
-        kv_window=min(filter(None, (sliding_window(target_model), sliding_window(draft_model))), default=None))
+        kv_window=min(filter(None, (sliding_window(target_model), sliding_window(draft_model))), default=None),
+        cpu_kernels={"target": target_kernels, "draft": draft_kernels})
     report("ready", 1.0, f"pair ready: {pair.draft_name} -> {pair.target_name}")
     return pair
 

@@ -52,6 +52,15 @@ def validate_acceptance(acceptance) -> np.ndarray:
     return acc
 
 
+def parse_acceptance(text: str) -> list[float]:
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        values = [float(x) for x in parts]
+    except ValueError:
+        raise UserError(f"--acceptance must be comma-separated numbers, got {text!r}") from None
+    return validate_acceptance(values).tolist()
+
+
 def _positive_int(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise UserError(f"{name} must be a whole number >= 1 (got {value!r})")
@@ -258,16 +267,21 @@ class Choice:
     grid: Grid = field(repr=False)
 
 
-def step_seconds(expanding_widths, target: CostCurve, draft: CostCurve, n: int, overhead: float) -> float:
+def step_seconds(expanding_widths, target: CostCurve, draft: CostCurve, n: int, overhead: float,
+                 node_costs: tuple[float, float] = (0.0, 0.0), expected_tokens: float = 0.0) -> float:
     """One step: target verify of n tokens + one draft forward per level that has expanding nodes
-    (level 0 = the root's own forward) + fixed overhead."""
-    return target(n) + sum(draft(w) for w in expanding_widths if w > 0) + overhead
+    (level 0 = the root's own forward) + fixed overhead; when sampling (T > 0), plus the sampling
+    maths: node_costs = (per expanded draft node, per visited target node), and a step visits
+    about as many target nodes as it yields tokens."""
+    draft_node, target_node = node_costs
+    return (target(n) + sum(draft(w) for w in expanding_widths if w > 0) + overhead
+            + draft_node * sum(expanding_widths) + target_node * expected_tokens)
 
 
 def choose_shape(table: PlanTable, target_seconds: dict, draft_seconds: dict, overhead_seconds: float,
-                 budgets=None, depths=None) -> Choice:
+                 budgets=None, depths=None, node_costs: tuple[float, float] = (0.0, 0.0)) -> Choice:
     """Pick the (n, d) maximising predicted tokens/s = G(n, d) / seconds per step.
-    Ties (relative 1e-12) go to the smallest n, then the smallest d."""
+    Ties (relative 1e-12) go to the smallest n, then the smallest d. node_costs: see step_seconds."""
     target = CostCurve(target_seconds, "target_seconds")
     draft = CostCurve(draft_seconds, "draft_seconds")
     overhead = float(overhead_seconds)
@@ -275,7 +289,7 @@ def choose_shape(table: PlanTable, target_seconds: dict, draft_seconds: dict, ov
         raise UserError("overhead_seconds must be a finite number >= 0")
     budgets = sorted({_positive_int(b, "budget") for b in (budgets or range(1, table.max_nodes + 1))})
     depths = sorted({_positive_int(d, "depth") for d in (depths or range(1, table.max_depth + 1))})
-    baseline = target(1) + overhead
+    baseline = target(1) + overhead + node_costs[1]  # autoregressive visits one target node per token
     if baseline <= 0:
         raise UserError("autoregressive step time t_target(1) + overhead must be positive")
     shape = (len(budgets), len(depths))
@@ -285,7 +299,8 @@ def choose_shape(table: PlanTable, target_seconds: dict, draft_seconds: dict, ov
             if n > 1 and d < 2:
                 continue
             tps[i, j] = table.expected(n, d)
-            sps[i, j] = step_seconds(table.expanding_widths(n, d), target, draft, n, overhead)
+            sps[i, j] = step_seconds(table.expanding_widths(n, d), target, draft, n, overhead, node_costs,
+                                     tps[i, j])
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(sps > 0, tps / sps, np.inf)
     rate = np.where(np.isnan(tps), np.nan, rate)

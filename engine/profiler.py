@@ -52,6 +52,7 @@ class AcceptanceVector:
     measured_at: str = ""
     seconds: float = 0.0
     source: str = "measured"            # or the cache file it came from
+    draft_kernels: str = "default"      # the draft's CPU kernels (engine/cpu_kernels.py): int8 drafts accept a bit less
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,10 +62,17 @@ def _key(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def draft_kernels(pair: ModelPair) -> str:
+    """How the draft computes (its numerics change acceptance, never exactness)."""
+    return pair.cpu_kernels.get("draft", {}).get("mode", "default")
+
+
 def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: float, width: int) -> str:
     sampler = "greedy" if temperature == 0 else sampler
-    return _key("acceptance", pair.draft_name, pair.target_name, sampler, float(temperature),
-                float(top_p) if temperature else 1.0, int(width))
+    parts = ["acceptance", pair.draft_name, pair.target_name, sampler, float(temperature),
+             float(top_p) if temperature else 1.0, int(width)]
+    kernels = draft_kernels(pair)
+    return _key(*parts, kernels) if kernels != "default" else _key(*parts)
 
 
 def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, top_p: float = 1.0,
@@ -102,7 +110,7 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
     return AcceptanceVector(probs, none / total, total, ci, pair.draft_name, pair.target_name,
                             "greedy" if temperature == 0 else sampler, float(temperature),
                             float(top_p), width, len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"),
-                            time.perf_counter() - start)
+                            time.perf_counter() - start, draft_kernels=draft_kernels(pair))
 
 
 def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
@@ -120,6 +128,35 @@ def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, s
 def save_acceptance(pair: ModelPair, vec: AcceptanceVector) -> Path:
     key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width)
     return _write_cached("acceptance", key, vec.to_dict())
+
+
+def measured_vectors(pair: ModelPair) -> list[AcceptanceVector]:
+    """Every cached acceptance vector of this pair (user cache and shipped files), any settings."""
+    out = []
+    for folder in (cache_dir() / "acceptance", SHIPPED / "acceptance"):
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.json")):
+            try:
+                vec = AcceptanceVector(**json.loads(path.read_text()))
+            except (OSError, ValueError, TypeError):
+                continue
+            if vec.draft == pair.draft_name and vec.target == pair.target_name:
+                vec.source = str(path)
+                out.append(vec)
+    return out
+
+
+def nearest_vector(pair: ModelPair, temperature: float, top_p: float, sampler: str = "sequoia"):
+    """The measured vector closest in (temperature, top-p) with the same kind of sampler, or None;
+    one measured with this draft's kernels first. Greedy (T=0) vectors only stand in for T=0 and
+    sampling ones only for T>0."""
+    want, kernels = "greedy" if temperature == 0 else sampler, draft_kernels(pair)
+    cands = [v for v in measured_vectors(pair) if v.sampler == want]
+    if not cands:
+        return None
+    return min(cands, key=lambda v: (v.draft_kernels != kernels,
+                                     abs(v.temperature - temperature) + abs(v.top_p - top_p), v.temperature))
 
 
 def _read_cached(kind: str, key: str) -> tuple[Path, dict] | None:
@@ -147,7 +184,7 @@ def acceptance_vector(pair: ModelPair, temperature: float, top_p: float = 1.0, s
     if vec is not None or not measure:
         return vec
     if prompts is None:
-        from engine.commands.common import default_prompts
+        from engine.prompts import default_prompts
         prompts = default_prompts()
     vec = measure_acceptance(pair, prompts, temperature, top_p, sampler, width, **kwargs)
     vec.source = str(save_acceptance(pair, vec))
@@ -175,9 +212,15 @@ class DeviceProfile:
     machine: dict = field(default_factory=dict)
     measured_at: str = ""
     source: str = "measured"
+    quality: dict = field(default_factory=dict)           # load seen, spread of the repeats, noisy or not
+    sampling_seconds: dict = field(default_factory=dict)  # per node at T > 0: draft_node, target_node
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.quality.get("noisy"))
 
     @classmethod
     def from_dict(cls, obj: dict) -> "DeviceProfile":
@@ -217,11 +260,26 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+NOISY_SPREAD = 0.10   # a profile point whose interquartile range exceeds this share of its median is noisy
+MAX_REPEATS = 15      # adaptive repeats stop here even when the spread stays large
+
+
+def spread(times: list[float]) -> float:
+    """Interquartile range over median: how much the repeats of one timing disagree."""
+    if len(times) < 2:
+        return 0.0
+    q = statistics.quantiles(times, n=4, method="inclusive")
+    med = statistics.median(times)
+    return (q[2] - q[0]) / med if med > 0 else 0.0
+
+
 def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop,
-                  before_each: Callable[[], None] | None = None) -> float:
+                  before_each: Callable[[], None] | None = None, spreads: dict | None = None) -> float:
     """Median seconds of one forward over n tree tokens (a star: all at one depth) on a
-    cache that already holds the prefix; the cache is cut back after each try.
-    `before_each` runs before every timed forward, outside the clock."""
+    cache that already holds the prefix; the cache is cut back after each try. At least
+    `repeats` timed tries, more (up to MAX_REPEATS) while their spread is above NOISY_SPREAD;
+    the spread reached goes to spreads[n]. `before_each` runs before every timed forward,
+    outside the clock."""
     cache = DynamicCache(config=model.config)
     attention.forward_causal(model, cache, prefix_ids)
     base = len(prefix_ids)
@@ -230,8 +288,9 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
                                           attention.input_device(model))
     ids = [(7 * i + 3) % model.config.vocab_size for i in range(n)]
     positions = [base + d for d in tree.depth_of]
-    times = []
-    for attempt in range(repeats + 1):  # the first run is warm-up
+    times: list[float] = []
+    attempt = 0
+    while attempt <= repeats or (spread(times) > NOISY_SPREAD and len(times) < max(repeats, MAX_REPEATS)):
         if should_stop():
             raise Stopped("profiling stopped")
         if before_each is not None:
@@ -240,9 +299,53 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
         attention.forward(model, cache, ids, positions, visible)
         elapsed = clock() - t0
         attention.commit(cache, base, [])
-        if attempt:
+        if attempt:  # the first run is warm-up
             times.append(elapsed)
+        attempt += 1
+    if spreads is not None:
+        spreads[n] = spread(times)
     return statistics.median(times)
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def sampling_seconds(vocab_size: int, device: torch.device, repeats: int = 5) -> dict:
+    """What the sampling maths costs per node at T > 0 on this device (engine/sampling.py on
+    vocabulary-sized vectors): per expanded draft node (q, then 2 draws) and per visited target
+    node (p, one child tried and rejected, the bonus draw). Added to the cost model at T > 0."""
+    from engine import sampling
+    gen = torch.Generator(device=device).manual_seed(0)
+    logits = torch.randn(vocab_size, device=device, generator=gen) * 3
+    other = logits + torch.randn(vocab_size, device=device, generator=gen)
+
+    def draft_node():
+        q = sampling.draft_distribution(logits, 0.7)
+        sampling.draw_without_replacement(q, 2, gen)
+        return q
+
+    q = draft_node()
+    worst = int(torch.argmin(other))  # surely rejected: the residual update runs
+
+    def target_node():
+        p = sampling.target_distribution(other, 0.7)
+        verdict = sampling.verify_sequoia(p, q, [worst], gen)
+        sampling.sample_token(verdict.residual if verdict.residual is not None else p, gen)
+
+    out = {}
+    for name, fn in (("draft_node", draft_node), ("target_node", target_node)):
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        out[name] = statistics.median(times)
+    return out
 
 
 def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None = None, prefix_tokens: int = 128,
@@ -265,23 +368,33 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     target_grid, draft_grid = geometric_grid(max_budget), geometric_grid(max_width or max_budget)
     jobs = [("target", n) for n in target_grid] + [("draft", w) for w in draft_grid]
     target_s, draft_s = {}, {}
+    spreads = {"target": {}, "draft": {}}
+    load_before = load_average()
     for i, (role, n) in enumerate(jobs):
         if progress:
             progress(i / (len(jobs) + 1), f"profiling {role} forward over {n} tokens")
         model = pair.target if role == "target" else pair.draft
         before = before_target_forward if role == "target" else None
         (target_s if role == "target" else draft_s)[n] = _time_forward(model, prefix, n, repeats, clock, should_stop,
-                                                                       before)
+                                                                       before, spreads[role])
     if progress:
-        progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead")
+        progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead and sampling costs")
     overhead = _measure_overhead(pair, prefix, should_stop)
     machine = machine_description(pair.device)
     machine.update({k: v for k, v in pair.describe().items() if k.endswith("device_map") and v})
+    machine["cpu_kernels"] = pair.cpu_kernels_mode
     if before_target_forward is drop_page_cache:
         machine["page_cache"] = "dropped before each timed target forward"
+    worst = max([*spreads["target"].values(), *spreads["draft"].values()], default=0.0)
+    quality = {"load_average_before": load_before, "load_average_after": load_average(),
+               "spread": {role: {str(k): round(v, 4) for k, v in d.items()} for role, d in spreads.items()},
+               "worst_spread": round(worst, 4), "noisy": worst > NOISY_SPREAD,
+               "cpu_count": os.cpu_count()}
     return DeviceProfile(target_s, draft_s, overhead, prefix_tokens, repeats, pair.draft_name, pair.target_name,
                          str(pair.device), str(pair.dtype).replace("torch.", ""), machine,
-                         time.strftime("%Y-%m-%dT%H:%M:%S"))
+                         time.strftime("%Y-%m-%dT%H:%M:%S"), quality=quality,
+                         sampling_seconds=sampling_seconds(vocab, torch.device("cpu") if pair.device.type == "mps"
+                                                           else pair.device))
 
 
 def drop_page_cache() -> None:
@@ -309,8 +422,9 @@ def _measure_overhead(pair: ModelPair, prefix: list[int], should_stop) -> float:
 def profile_key(pair: ModelPair) -> str:
     """Timing depends on where the weights live, so a device map is part of the key."""
     placement = pair.describe()
-    return _key("profile", pair.draft_name, pair.target_name, str(pair.device), str(pair.dtype),
-                placement["target_device_map"], placement["draft_device_map"])
+    parts = ["profile", pair.draft_name, pair.target_name, str(pair.device), str(pair.dtype),
+             placement["target_device_map"], placement["draft_device_map"]]
+    return _key(*parts, "fast") if pair.cpu_kernels_mode == "fast" else _key(*parts)
 
 
 def cached_profile(pair: ModelPair) -> DeviceProfile | None:

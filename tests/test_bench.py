@@ -1,5 +1,5 @@
 """`python -m engine bench --quick` on the tiny pair: the report's structure (not its speed);
-the synthetic GPU profile on CPU with tiny sizes; the optional oneDNN linear path is exact."""
+the synthetic GPU profile on CPU with tiny sizes. (The fast CPU kernels: tests/test_cpu_kernels.py.)"""
 import json
 import os
 import subprocess
@@ -7,13 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from engine import bench, methods
-from engine.decoding import generate_ids
-from engine.models import encode_prompt, load_pair
-from engine.settings import Settings
-from engine.tree import Tree
 from tests.tiny import tiny_pair_dirs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,33 +92,3 @@ def test_synthetic_presets_have_realistic_sizes():
     from engine.synthetic import make_config, parameter_count, parse_size
     assert 60e6 < parameter_count(make_config(parse_size("68m")[1])) < 75e6
     assert 6.5e9 < parameter_count(make_config(parse_size("7b")[1])) < 7e9
-
-
-@pytest.mark.parametrize("single_row", ["default", "onednn"])
-def test_onednn_linear_is_exact(single_row):
-    """The optional packed path gives the same logits (to float rounding) and, greedy, the same tokens."""
-    draft, target = tiny_pair_dirs("llama")
-    pair = load_pair(str(draft), str(target), device="cpu", dtype="float32")  # own copy: it gets patched
-    ids = encode_prompt(pair, "hello world, this is a test")
-    settings = Settings(max_new_tokens=24, ignore_eos=True)
-    ref_ids, _ = generate_ids(pair, ids, methods.autoregressive(), settings)
-    x = torch.randn(5, pair.target.config.hidden_size)
-    proj = pair.target.model.layers[0].mlp.gate_proj
-    with torch.inference_mode():
-        before = proj(x)
-    weight = proj.weight.detach().clone()
-    if bench.use_onednn_linear(pair, single_row=single_row) == 0:
-        pytest.skip("oneDNN packed linear not available in this torch build")
-    with torch.inference_mode():
-        after = proj(x)
-        single = proj(x[:1])
-    assert torch.allclose(before, after, atol=1e-4, rtol=1e-4)
-    if single_row == "default":  # 1 row: the default path, bit for bit
-        assert torch.equal(single, torch.nn.functional.linear(x[:1], proj.weight, proj.bias))
-    else:  # every row through oneDNN; the plain weight is released
-        assert proj.weight.device.type == "meta"
-        assert torch.allclose(single, torch.nn.functional.linear(x[:1], weight, proj.bias), atol=1e-4, rtol=1e-4)
-    for method in (methods.autoregressive(), methods.chain(4), methods.specinfer(3, 3),
-                   methods.sequoia(Tree.from_branching([3, 2, 1]))):
-        got, _ = generate_ids(pair, ids, method, settings)
-        assert got == ref_ids, method.label

@@ -11,7 +11,7 @@ from transformers import DynamicCache
 from engine import attention, methods, sampling
 from engine.decoding import Decoder, generate_ids
 from engine.models import encode_prompt
-from engine.plans import table_for
+from engine.planning import table_for
 from engine.settings import Settings
 from engine.tree import Tree
 from tests.tiny import tiny_pair
@@ -37,9 +37,10 @@ def shapes():
     }
 
 
+@pytest.mark.parametrize("kernels", ["default", "fast"])
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
-def test_greedy_equals_target_generate(family):
-    pair = tiny_pair(family)
+def test_greedy_equals_target_generate(family, kernels):
+    pair = tiny_pair(family, kernels=kernels)
     steps = collections.Counter()
     for prompt in ("hello world", "zebra", "tree decoding"):
         ids = encode_prompt(pair, prompt, chat=False)
@@ -135,10 +136,10 @@ DIST_METHODS = {
 }
 
 
-@pytest.fixture(scope="module")
-def dist_pair():
-    # a draft far from the target, so rejections and residuals matter
-    return tiny_pair("llama", chars=DIST_CHARS, noise=0.8, seed=3)
+@pytest.fixture(scope="module", params=["default", "fast"])
+def dist_pair(request):
+    # a draft far from the target, so rejections and residuals matter; on both CPU kernel paths
+    return tiny_pair("llama", chars=DIST_CHARS, noise=0.8, seed=3, kernels=request.param)
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])

@@ -308,11 +308,11 @@ def test_cli_bad_input_is_one_error_line_and_exit_2(capsys, tmp_path, args, mess
 
 def test_cli_pair_options_use_the_plan_commands_library_call(capsys, monkeypatch):
     """--temperature plans through engine.planning.dp_plan on the loaded pair, as `plan` does."""
-    import engine.models
+    import engine.commands.common
     import engine.planning
     calls = []
     pair = types.SimpleNamespace(draft_name="org/small", target_name="org/big")
-    monkeypatch.setattr(engine.models, "load_pair", lambda *a, **k: pair)
+    monkeypatch.setattr(engine.commands.common, "load_pair", lambda *a, **k: pair)
 
     def fake_dp_plan(p, settings, budget, depth, **kw):
         calls.append((p, settings.temperature, budget, depth))

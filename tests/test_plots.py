@@ -63,7 +63,7 @@ def test_layout_is_computed_once_per_shape_root_left_one_column_per_level():
 
 
 def test_big_tree_stays_readable():
-    from engine.plans import table_for
+    from engine.planning import table_for
     tree = table_for([0.5, 0.2, 0.1, 0.05, 0.03]).tree(128, 10)
     ev = hand_made_event()
     ev.tree_parents = list(tree.parents)
@@ -111,7 +111,7 @@ def test_text_is_shaded_by_step_with_the_bonus_marked():
 def test_other_charts_build():
     import numpy as np
     from engine.planner import choose_shape
-    from engine.plans import table_for
+    from engine.planning import table_for
     from engine.profiler import DeviceProfile
     table = table_for([0.6, 0.2, 0.1])
     prof = DeviceProfile({1: 0.01, 8: 0.012, 64: 0.03}, {1: 0.002, 8: 0.003}, 0.001, 16, 3, "d", "t", "cpu",

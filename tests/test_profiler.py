@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from engine import plans, profiler
+from engine import planning, profiler
 from engine.settings import Settings
 from tests.tiny import tiny_pair
 
@@ -35,7 +35,7 @@ def test_vector_is_measured_once_then_cached(tmp_path, monkeypatch):
 def test_dp_plan_uses_the_measured_vector(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     pair = tiny_pair("llama")
-    plan = plans.dp_plan(pair, Settings(temperature=0.0), 12, 5, prompts=PROMPTS, tokens_per_prompt=12)
+    plan = planning.dp_plan(pair, Settings(temperature=0.0), 12, 5, prompts=PROMPTS, tokens_per_prompt=12)
     assert plan.tree.size == 12 and plan.tree.depth <= 5
     assert abs(plan.expected_tokens - plan.tree.expected_tokens(plan.acceptance.probabilities)) < 1e-9
 
@@ -47,7 +47,7 @@ def test_device_profile_is_measured_and_cached(tmp_path, monkeypatch):
     assert sorted(prof.target_seconds) == [1, 2, 4, 8] == sorted(prof.draft_seconds)
     assert all(t > 0 for t in prof.target_seconds.values()) and prof.overhead_seconds >= 0
     assert profiler.cached_profile(pair).target_seconds == prof.target_seconds
-    plan = plans.auto_plan(pair, Settings(temperature=0.0), max_budget=8, max_depth=4, prompts=PROMPTS,
+    plan = planning.auto_plan(pair, Settings(temperature=0.0), max_budget=8, max_depth=4, prompts=PROMPTS,
                            tokens_per_prompt=12)
     assert plan.choice is not None and 1 <= plan.tree.size <= 8 and plan.choice.predicted_speedup > 0
 
@@ -82,7 +82,8 @@ def test_shipped_acceptance_vectors_are_found_under_their_own_key(tmp_path, monk
         vec = profiler.AcceptanceVector(**json.loads(path.read_text()))
         assert vec.positions > 0 and vec.measured_at and len(vec.probabilities) == vec.width
         assert abs(sum(vec.probabilities) + vec.none - 1) < 1e-6
-        pair = SimpleNamespace(draft_name=vec.draft, target_name=vec.target)
+        pair = SimpleNamespace(draft_name=vec.draft, target_name=vec.target,
+                               cpu_kernels={"draft": {"mode": vec.draft_kernels}})
         assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width) == path.stem
         found = profiler.cached_acceptance(pair, vec.temperature, vec.top_p, vec.sampler, width=vec.width)
         assert found is not None and found.probabilities == vec.probabilities

@@ -1,5 +1,6 @@
 """Verifier units on hand-made distributions (ALGORITHM.md §3), no models."""
 import collections
+import itertools
 
 import pytest
 import torch
@@ -153,3 +154,60 @@ def test_uniform_fallback_lets_later_children_be_accepted():
     p, q = t(0.2, 0.3, 0.5, 0.0), t(1.0, 0, 0, 0)
     rate = acceptance_rate(sampling.verify_sequoia, sampling.draw_without_replacement, p, q, 3)
     assert abs(rate - 0.9) < 0.03
+
+
+def _ordered_draw_pvalue(draw, q, k, exact_prob, n=12000, seed=5):
+    g = gen(seed)
+    counts = collections.Counter(tuple(draw(q, k, g)) for _ in range(n))
+    keys = [c for c in itertools.product(range(len(q)), repeat=k) if exact_prob(c) > 0]
+    assert set(counts) <= set(keys), f"impossible draws: {set(counts) - set(keys)}"
+    return chisquare([counts[c] for c in keys], [n * exact_prob(c) for c in keys]).pvalue
+
+
+def test_every_ordered_draw_without_replacement_has_its_exact_probability():
+    """All ordered triples, including a zero-mass token that may only come from the uniform
+    fallback once the support is used up (q has 3 tokens of mass, 4 draws exhaust it)."""
+    q = t(0.5, 0.0, 0.3, 0.15, 0.05)
+
+    def successive(c):
+        if len(set(c)) < len(c):
+            return 0.0
+        prob, left = 1.0, 1.0
+        for x in c:
+            if float(q[x]) == 0:
+                return 0.0
+            prob *= float(q[x]) / left
+            left -= float(q[x])
+        return prob
+    assert _ordered_draw_pvalue(sampling.draw_without_replacement, q, 3, successive) > 1e-3
+    g = gen(9)
+    for _ in range(200):  # support of 4 used up by 4 draws: the 5th is the zero-mass token
+        five = sampling.draw_without_replacement(q, 5, g)
+        assert sorted(five) == [0, 1, 2, 3, 4] and five[4] == 1
+
+
+def test_every_ordered_draw_with_replacement_has_its_exact_probability():
+    q = t(0.5, 0.0, 0.3, 0.2)
+    exact = lambda c: float(q[c[0]] * q[c[1]] * q[c[2]])  # noqa: E731
+    assert _ordered_draw_pvalue(sampling.draw_with_replacement, q, 3, exact) > 1e-3
+
+
+def test_a_sampler_that_ignores_the_drawn_mass_fails_the_ordered_test():
+    """Teeth: successive draws that renormalise wrongly (uniform second draw) are caught."""
+    q = t(0.5, 0.0, 0.3, 0.15, 0.05)
+
+    def wrong(q, k, g):
+        first = sampling.sample_token(q, g)
+        rest = [i for i in range(len(q)) if i != first and float(q[i]) > 0]
+        picks = torch.randperm(len(rest), generator=g)[:k - 1].tolist()
+        return [first] + [rest[i] for i in picks]
+
+    def successive(c):
+        if len(set(c)) < len(c) or any(float(q[x]) == 0 for x in c):
+            return 0.0
+        prob, left = 1.0, 1.0
+        for x in c:
+            prob *= float(q[x]) / left
+            left -= float(q[x])
+        return prob
+    assert _ordered_draw_pvalue(wrong, q, 3, successive) < 1e-4

@@ -9,7 +9,9 @@ from engine.decoding import StepEvent
 from engine.errors import UserError
 from engine.settings import Settings
 from engine.tree import Tree
-from engine.worker import DONE, FAILED, STOPPED, MethodSpec, NeedsMeasurement, Note, Progress, Worker
+from engine.jobs import Note, Progress
+from engine.planning import MethodSpec, NeedsMeasurement
+from engine.worker import DONE, FAILED, STOPPED, Worker
 from tests.tiny import tiny_pair_dirs
 
 LONG = Settings(max_new_tokens=200, ignore_eos=True)

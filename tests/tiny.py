@@ -55,7 +55,9 @@ def perturbed_copy(model, noise: float, seed: int):
 
 
 def save_pair(root: Path, family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15,
-              seed: int = 0, draft_family: str | None = None) -> tuple[Path, Path]:
+              seed: int = 0, draft_family: str | None = None, stored: str = "float32") -> tuple[Path, Path]:
+    """stored='float16' saves the weights as float16, like the embedded pair (the fast CPU
+    kernels then pack the target's linears as float16, exactly)."""
     tok = make_tokenizer(chars)
     vocab = len(tok)
     target = make_model(family, vocab, seed)
@@ -64,6 +66,8 @@ def save_pair(root: Path, family: str = "llama", chars: str = PROSE_CHARS, noise
     paths = []
     for name, model in (("draft", draft), ("target", target)):
         path = root / f"{family}-{name}"
+        if stored == "float16":
+            model = model.half()
         model.save_pretrained(path)
         tok.save_pretrained(path)
         paths.append(path)
@@ -71,12 +75,17 @@ def save_pair(root: Path, family: str = "llama", chars: str = PROSE_CHARS, noise
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_pair_dirs(family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15, seed: int = 0):
+def tiny_pair_dirs(family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15, seed: int = 0,
+                   stored: str = "float32"):
     root = Path(tempfile.mkdtemp(prefix=f"sequoia-tiny-{family}-"))
-    return save_pair(root, family, chars, noise, seed)
+    return save_pair(root, family, chars, noise, seed, stored=stored)
 
 
 @functools.lru_cache(maxsize=None)
-def tiny_pair(family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15, seed: int = 0):
-    draft, target = tiny_pair_dirs(family, chars, noise, seed)
-    return load_pair(str(draft), str(target), device="cpu", dtype="float32")
+def tiny_pair(family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.15, seed: int = 0,
+              kernels: str = "default"):
+    """kernels='fast': the CPU fast path (engine/cpu_kernels.py) on a pair stored as float16;
+    'default': PyTorch's own float32 kernels."""
+    stored = "float16" if kernels == "fast" else "float32"
+    draft, target = tiny_pair_dirs(family, chars, noise, seed, stored)
+    return load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels=kernels)

@@ -139,7 +139,12 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
         return
     details = {"method": method.name, "steps": steps, "accepted_draft_tokens": accepted, "tolerance_tv": tol,
                "max_tv": worst, "max_logit_diff": logit_worst}
-    bad = [role for role, tv in worst.items() if tv > tol]
+    # a draft on row-coupled kernels (int8 with per-call activation scales) computes a token's KV
+    # differently in a tree batch than alone; its q is used as computed, so only its cache length
+    # is checked (above) and its difference is reported, not judged (ALGORITHM.md §7)
+    coupled = pair.rows_coupled("draft")
+    details["draft_rows_coupled"] = coupled
+    bad = [role for role, tv in worst.items() if tv > tol and not (role == "draft" and coupled)]
     if bad:
         ctx.add("structure", "KV commit", "fail", "logits after a commit differ from a fresh forward: "
                 + ", ".join(f"{r} total variation {worst[r]:.3g} (logits off by {logit_worst[r]:.3g})"
@@ -149,7 +154,9 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     else:
         ctx.add("structure", "KV commit", "pass", f"after {steps} {method.name} steps at T=1 ({accepted} draft "
                 f"tokens accepted) the cached logits equal a fresh forward: total variation "
-                f"target {worst['target']:.2g}, draft {worst['draft']:.2g} (<= {tol:g})", **details)
+                f"target {worst['target']:.2g}" + (f", draft {worst['draft']:.2g} (<= {tol:g})" if not coupled else
+                f" (<= {tol:g}); draft {worst['draft']:.2g}, not judged: its int8 kernels couple rows, which "
+                "changes acceptance only"), **details)
 
 
 def _compare(role, got, fresh, worst, logit_worst) -> None:

@@ -47,10 +47,6 @@ def register(sub) -> None:
     p.add_argument("--profile-repeats", type=int, default=None)
     p.add_argument("--fresh", action="store_true",
                    help="measure acceptance vectors and the device profile in this run even if cached")
-    p.add_argument("--cpu-linear", choices=["default", "onednn", "onednn-all"], default="default",
-                   help="onednn: multi-token fp32 linear layers through oneDNN with packed weights (faster "
-                        "tree forwards on CPU, about twice the model memory); onednn-all: every call, "
-                        "autoregressive included, through oneDNN, same memory as default")
     p.add_argument("--quick", action="store_true",
                    help="a seconds-long structural run for the tiny test pair (few tokens, small shapes)")
     p.add_argument("--json", dest="json_out", default=None, metavar="OUT", help="write the report as JSON")
@@ -111,7 +107,7 @@ def config_from_args(args) -> bench.BenchConfig:
         if getattr(args, flag) is not None:
             changes[key] = getattr(args, flag)
     changes.update(match_specinfer=not args.no_match_specinfer, auto=not args.no_auto, ignore_eos=args.ignore_eos,
-                   chat=args.chat, fresh=args.fresh, cpu_linear=args.cpu_linear)
+                   chat=args.chat, fresh=args.fresh)
     config = bench.BenchConfig(**{**base.__dict__, **changes})
     _validate(config)
     return config

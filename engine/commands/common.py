@@ -8,6 +8,7 @@ from pathlib import Path
 
 from engine.errors import UserError
 from engine.models import DEFAULT, load_pair
+from engine.prompts import default_prompts
 from engine.settings import Settings
 
 
@@ -22,6 +23,13 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-device-map", default=None, help="the same for the draft (default: one device)")
     g.add_argument("--max-memory", default=None, help="per-device limits for device maps, e.g. gpu0=20GiB,cpu=60GiB")
     g.add_argument("--offload-folder", default=None, help="where a device map may offload weights to disk")
+    add_kernel_arg(g)
+
+
+def add_kernel_arg(group) -> None:
+    group.add_argument("--cpu-kernels", choices=["fast", "default"], default="fast",
+                       help="on a CPU: fast = linears packed once (target float16 weights with float32 maths, "
+                            "row-independent; draft int8), default = PyTorch's float32 path (engine/cpu_kernels.py)")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
@@ -43,7 +51,8 @@ def settings_from_args(args) -> Settings:
 def pair_from_args(args):
     return load_pair(args.draft, args.target, device=args.device, dtype=args.dtype,
                      target_device_map=args.target_device_map, draft_device_map=args.draft_device_map,
-                     max_memory=args.max_memory, offload_folder=args.offload_folder)
+                     max_memory=args.max_memory, offload_folder=args.offload_folder,
+                     cpu_kernels=getattr(args, "cpu_kernels", None))
 
 
 def read_prompts(path: str | None) -> list[str]:
@@ -58,11 +67,6 @@ def read_prompts(path: str | None) -> list[str]:
     if not prompts:
         raise UserError(f"prompts file {path} has no prompts")
     return prompts
-
-
-def default_prompts() -> list[str]:
-    assets = Path(__file__).resolve().parents[2] / "assets" / "prompts.json"
-    return [p["prompt"] for p in json.loads(assets.read_text(encoding="utf-8"))]
 
 
 def print_json(obj) -> None:

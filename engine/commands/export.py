@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from engine import export
+from engine.commands import plan
 from engine.errors import UserError
 from engine.tree import Tree
 
@@ -26,20 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--acceptance", help="comma-separated P(rank 1), P(rank 2), ... e.g. 0.6,0.2,0.1")
     p.add_argument("--budget", type=int, help="tree nodes, root included")
     p.add_argument("--depth", type=int, help="max levels, root included")
-    g = p.add_argument_group("model pair (when neither --acceptance nor --tree is given; as in `plan`)")
-    g.add_argument("--draft", default=None, help="draft model (default: the embedded pair); also the vLLM draft id")
-    g.add_argument("--target", default=None, help="target model (default: the embedded pair); also what vLLM serves")
-    g.add_argument("--device", default="auto")
-    g.add_argument("--dtype", default="auto")
-    g.add_argument("--target-device-map", default=None)
-    g.add_argument("--draft-device-map", default=None)
-    g.add_argument("--max-memory", default=None)
-    g.add_argument("--offload-folder", default=None)
-    g.add_argument("--temperature", type=float, default=None, help="use the pair's vector measured at this temperature")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--prompts", default=None, help="prompts file for measuring the vector if not cached")
-    g.add_argument("--auto", action="store_true", help="hardware-aware budget and depth from this device's profile")
-    g.add_argument("--max-budget", type=int, default=128, help="--auto searches budgets up to this")
+    plan.add_plan_pair_args(p.add_argument_group("model pair (when neither --acceptance nor --tree is given; as in "
+                                                  "`plan`; --draft is also the vLLM draft id)"))
     v = p.add_argument_group("vllm format")
     v.add_argument("--method", default="draft_model", choices=export.VLLM_METHODS,
                    help="vLLM speculation method written to speculative_config")
@@ -49,7 +38,6 @@ def register(subparsers) -> None:
 
 def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
     """The tree, and the draft and target ids when known (for the vllm format)."""
-    from engine.commands import plan
     from engine.models import DEFAULT
 
     draft, target = (None if x in (None, DEFAULT) else x for x in (args.draft, args.target))
@@ -71,23 +59,7 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
 def _pair_tree(args) -> tuple[Tree, str, str]:
     """The tree `plan` would print for these pair options (the same library calls)."""
-    from engine.commands import plan
-    from engine.commands.common import read_prompts
-    from engine.models import DEFAULT, load_pair
-    from engine.planning import auto_plan, dp_plan  # what `plan` calls: the same tree
-    from engine.settings import Settings
-
-    settings = Settings(temperature=0.0 if args.temperature is None else args.temperature, top_p=args.top_p)
-    prompts = read_prompts(args.prompts) if args.prompts else None
-    if not args.auto:
-        plan._budget_depth(args)
-    pair = load_pair(args.draft or DEFAULT, args.target or DEFAULT, device=args.device, dtype=args.dtype,
-                     target_device_map=args.target_device_map, draft_device_map=args.draft_device_map,
-                     max_memory=args.max_memory, offload_folder=args.offload_folder)
-    if args.auto:
-        result = auto_plan(pair, settings, max_budget=args.max_budget, max_depth=args.depth or 16, prompts=prompts)
-    else:
-        result = dp_plan(pair, settings, args.budget, args.depth, prompts=prompts)
+    result, pair = plan.plan_with_pair(args)
     return result.tree, pair.draft_name, pair.target_name
 
 

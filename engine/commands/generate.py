@@ -11,7 +11,7 @@ from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_
 from engine.decoding import Decoder, make_generator
 from engine.errors import UserError
 from engine.models import encode_prompt
-from engine.plans import check_shape, dp_plan
+from engine.planning import check_shape, dp_plan
 from engine.tree import Tree
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import statistics
 import time
 
 from engine.errors import UserError
-from engine.planner import PlanTable, validate_acceptance
+from engine.planner import PlanTable, parse_acceptance
 from engine.tree import Tree
 
 TIME_DP_DEFAULTS = (256, 16, 32)  # budget, depth, width used by --time-dp when not given
@@ -24,7 +24,16 @@ def register(subparsers) -> None:
     p.add_argument("--budget", type=int, help="tree nodes, root included")
     p.add_argument("--depth", type=int, help="max levels, root included")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    g = p.add_argument_group("model pair (when --acceptance is not given)")
+    add_plan_pair_args(p.add_argument_group("model pair (when --acceptance is not given)"))
+    p.add_argument("--time-dp", action="store_true",
+                   help="time building the DP table (defaults: budget 256, depth 16, a synthetic "
+                        "32-rank vector used for timing only)")
+    p.set_defaults(func=run)
+
+
+def add_plan_pair_args(g) -> None:
+    """The pair options of `plan` (also used by `export`, which plans the same way)."""
+    from engine.commands.common import add_kernel_arg
     g.add_argument("--draft", default=None, help="draft model (default: the embedded pair)")
     g.add_argument("--target", default=None, help="target model (default: the embedded pair)")
     g.add_argument("--device", default="auto")
@@ -33,25 +42,13 @@ def register(subparsers) -> None:
     g.add_argument("--draft-device-map", default=None)
     g.add_argument("--max-memory", default=None, help="e.g. gpu0=20GiB,cpu=60GiB")
     g.add_argument("--offload-folder", default=None)
+    add_kernel_arg(g)
     g.add_argument("--temperature", type=float, default=None, help="use the pair's vector measured at this temperature")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--prompts", default=None, help="prompts file for measuring the vector if not cached")
     g.add_argument("--auto", action="store_true",
                    help="hardware-aware: choose budget and depth from this device's measured profile")
     g.add_argument("--max-budget", type=int, default=128, help="--auto searches budgets up to this")
-    p.add_argument("--time-dp", action="store_true",
-                   help="time building the DP table (defaults: budget 256, depth 16, a synthetic "
-                        "32-rank vector used for timing only)")
-    p.set_defaults(func=run)
-
-
-def parse_acceptance(text: str) -> list[float]:
-    parts = [x.strip() for x in text.split(",") if x.strip()]
-    try:
-        values = [float(x) for x in parts]
-    except ValueError:
-        raise UserError(f"--acceptance must be comma-separated numbers, got {text!r}") from None
-    return validate_acceptance(values).tolist()
 
 
 def acceptance_from_args(args) -> list[float]:
@@ -128,30 +125,35 @@ def uses_pair(args) -> bool:
     return not args.acceptance and (args.temperature is not None or args.auto or args.draft or args.target)
 
 
-def run_with_pair(args) -> int:
-    """Acceptance vector of the loaded pair (cached, or measured now), then DP or hardware-aware."""
-    from engine.commands.common import print_json, read_prompts
-    from engine.models import DEFAULT, load_pair
-    from engine.plans import auto_plan, dp_plan
+def plan_with_pair(args):
+    """(PlanResult, pair): the pair's acceptance vector (cached, or measured now), then DP or hardware-aware."""
+    from engine.commands.common import pair_from_args, read_prompts
+    from engine.models import DEFAULT
+    from engine.planning import auto_plan, dp_plan
     from engine.settings import Settings
 
     settings = Settings(temperature=0.0 if args.temperature is None else args.temperature, top_p=args.top_p)
     prompts = read_prompts(args.prompts) if args.prompts else None
     if not args.auto:
         _budget_depth(args)
-    pair = load_pair(args.draft or DEFAULT, args.target or DEFAULT, device=args.device, dtype=args.dtype,
-                     target_device_map=args.target_device_map, draft_device_map=args.draft_device_map,
-                     max_memory=args.max_memory, offload_folder=args.offload_folder)
+    args.draft, args.target = args.draft or DEFAULT, args.target or DEFAULT
+    pair = pair_from_args(args)
     if args.auto:
-        plan = auto_plan(pair, settings, max_budget=args.max_budget, max_depth=args.depth or 16,
-                         prompts=prompts, profile_kwargs={"max_budget": args.max_budget})
-    else:
-        plan = dp_plan(pair, settings, args.budget, args.depth, prompts=prompts)
+        return auto_plan(pair, settings, max_budget=args.max_budget, max_depth=args.depth or 16,
+                         prompts=prompts), pair
+    return dp_plan(pair, settings, args.budget, args.depth, prompts=prompts), pair
+
+
+def run_with_pair(args) -> int:
+    from engine.commands.common import print_json
+    plan, pair = plan_with_pair(args)
     result = plan.summary()
-    result.update(max_depth=args.depth, temperature=settings.temperature, top_p=settings.top_p)
+    result.update(max_depth=args.depth, temperature=0.0 if args.temperature is None else args.temperature,
+                  top_p=args.top_p)
     if plan.choice is not None:
         result.update(budget=plan.choice.n, max_depth=plan.choice.d,
                       predicted_tokens_per_step=plan.choice.predicted_tokens_per_step,
+                      predicted_tokens_per_second=plan.choice.predicted_tokens_per_second,
                       predicted_seconds_per_step=plan.choice.predicted_seconds_per_step,
                       baseline_seconds_per_token=plan.choice.baseline_seconds_per_token)
     if args.json:

@@ -2,7 +2,7 @@
 forward cost per width on this device (ALGORITHM.md §4)."""
 from __future__ import annotations
 
-from engine import synthetic
+from engine.commands import synthetic
 from engine.commands.common import add_pair_args, pair_from_args, print_json
 from engine.profiler import drop_page_cache, profile_device, save_profile
 

@@ -1,0 +1,70 @@
+"""`python -m engine profile --synthetic`: the flags and the printout of a synthetic profile
+(random-weight models of a given size, engine/synthetic.py) on this device."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from engine.errors import UserError
+from engine.planner import parse_acceptance
+from engine.synthetic import PRESETS, plot_profile, synthetic_profile
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("synthetic profile (random-weight models of realistic sizes)")
+    g.add_argument("--synthetic", action="store_true",
+                   help="profile random-weight models built from --draft-config/--target-config instead of a pair")
+    g.add_argument("--draft-config", default="68m", metavar="SIZE",
+                   help="preset (" + ", ".join(PRESETS) + ") or config.json, optional :key=value overrides")
+    g.add_argument("--target-config", default="7b", metavar="SIZE", help="as --draft-config (default 7b)")
+    g.add_argument("--acceptance", default=None,
+                   help="comma-separated P(rank 1), P(rank 2), ...: also report the hardware-aware (n, d)")
+    g.add_argument("--out", default=None, metavar="OUT.json",
+                   help="where to write the synthetic profile (a .png plot is written next to it); "
+                        "default bench/profile-synthetic-<draft>-<target>-<device>.json")
+
+
+def default_out(report: dict) -> Path:
+    safe = lambda s: "".join(c if c.isalnum() or c in "-._" else "_" for c in s)  # noqa: E731
+    dev = report["profile"]["device"].split(":")[0]
+    root = Path(__file__).resolve().parents[2] / "bench"
+    return root / f"profile-synthetic-{safe(report['draft_size'])}-{safe(report['target_size'])}-{dev}.json"
+
+
+def run(args) -> int:
+    acceptance = None
+    if args.acceptance:
+        acceptance = parse_acceptance(args.acceptance)
+    if args.max_budget < 1 or args.repeats < 1 or args.prefix < 1:
+        raise UserError("--max-budget, --repeats and --prefix must be at least 1")
+    report = synthetic_profile(args.draft_config, args.target_config, args.device, args.dtype,
+                               max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats,
+                               acceptance=acceptance)
+    out = Path(args.out) if args.out else default_out(report)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    png = plot_profile(report, out.with_suffix(".png"))
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    prof = report["profile"]
+    ts = {int(k): v for k, v in prof["target_seconds"].items()}
+    ds = {int(k): v for k, v in prof["draft_seconds"].items()}
+    print(f"synthetic {report['draft_size']} -> {report['target_size']} on {prof['device']} ({prof['dtype']}), "
+          f"prefix {prof['prefix_tokens']} tokens, median of {prof['repeats']}")
+    print("  n    target ms   t(n)/t(1)   draft ms (width n)")
+    for n in sorted(ts):
+        d = ds.get(n)
+        print(f"  {n:<4d} {ts[n] * 1e3:9.2f}   {ts[n] / ts[1]:9.2f}   {'' if d is None else f'{d * 1e3:9.2f}'}")
+    print(f"  draft/target cost ratio c = {report['draft_over_target']:.3f}; knee (t(n) <= 1.1 t(1)) at "
+          f"n = {report['knee']}; per-step overhead {prof['overhead_seconds'] * 1e3:.2f} ms")
+    if report.get("hardware_aware"):
+        ha = report["hardware_aware"]
+        print(f"  hardware-aware tree: n = {ha['n']}, depth {ha['tree_depth']}, predicted "
+              f"{ha['predicted_tokens_per_step']:.2f} tokens/step, {ha['predicted_speedup']:.2f}x")
+    print(f"written: {out} and {png}")
+    if not math.isfinite(report["draft_over_target"]):
+        return 1
+    return 0

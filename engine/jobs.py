@@ -1,0 +1,190 @@
+"""What the worker's jobs do, run on the worker thread, and the items their streams carry.
+
+Each job body takes a JobContext (engine/worker.py: the pair, emit/progress, the stop flag) and
+may be a generator: what it yields goes to the job's reader, what it returns is the job's result."""
+from __future__ import annotations
+
+import gc
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from engine import observed, profiler
+from engine.planning import MAX_BUDGET, MethodSpec, build_plan, profile_budget
+from engine.prompts import default_prompts
+from engine.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- stream items
+@dataclass
+class Progress:
+    fraction: float | None
+    message: str
+
+
+@dataclass
+class Note:
+    """Something a job wants its reader to know that is not a step: a plan, a lane starting, ..."""
+    kind: str
+    data: Any = None
+
+
+@dataclass
+class LaneEvent:
+    """One StepEvent of one method in a race."""
+    lane: str
+    event: Any  # StepEvent
+
+
+# ---------------------------------------------------------------- job bodies (run on the worker thread)
+def load_job(ctx, draft, target, device, dtype, **placement):
+    from engine.models import load_pair
+    worker = ctx.worker
+    worker.loading = True
+    dropped = {"done": False}
+
+    def progress(stage, fraction, message):
+        # the tokenizers are checked before the models load: only then drop the old pair, so a
+        # typo or a mismatched pair leaves the loaded one in place
+        if stage in ("target", "draft") and not dropped["done"]:
+            dropped["done"] = True
+            worker._pair = None
+            gc.collect()
+        ctx.progress(fraction, message)
+
+    try:
+        pair = load_pair(draft, target, device=device, dtype=dtype, progress=progress, **placement)
+    finally:
+        worker.loading = False
+    worker._pair = pair
+    worker.last_error = None
+    if worker.profile_on_load and profiler.cached_profile(pair) is None:
+        # hardware-aware plans need t(n) of this device: measure it once, now, rather than on
+        # the first Generate (cached per pair, device, dtype, placement and CPU kernels)
+        budget = profile_budget(pair, worker.profile_budget)
+        ctx.progress(0.95, f"profiling this device once (t(n) up to n = {budget}; cached)")
+        prof = profiler.profile_device(pair, max_budget=budget, repeats=3, progress=ctx.progress,
+                                       should_stop=ctx.should_stop)
+        prof.source = str(profiler.save_profile(pair, prof))
+    return pair.describe()
+
+
+def check_job(ctx, config):
+    from engine.check import run_check
+    return run_check(ctx.pair, config, progress=ctx.progress, should_stop=ctx.should_stop)
+
+
+def _measuring(ctx) -> dict:
+    w = ctx.worker
+    return {"measure": True, "progress": ctx.progress, "should_stop": ctx.should_stop, "prompts": w.measure_prompts,
+            "tokens_per_prompt": w.measure_tokens, "profile_budget": profile_budget(ctx.pair, w.profile_budget)}
+
+
+def plan_job(ctx, spec: MethodSpec, settings: Settings):
+    return build_plan(ctx.pair, spec, settings, **_measuring(ctx))
+
+
+def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan):
+    from engine.decoding import Decoder
+    from engine.models import encode_prompt
+    pair = ctx.pair
+    ids = encode_prompt(pair, prompt, chat)
+    result = build_plan(pair, spec, settings, **_measuring(ctx))
+    yield Note("plan", result)
+    method = result.method
+    current = {"tree": method.tree}
+
+    def next_tree():
+        if plan is not None and method.uses_draft:
+            try:
+                tree = plan()
+            except Exception:  # noqa: BLE001 - a bad re-plan must not kill the run
+                log.exception("re-plan callback failed; keeping the current tree")
+                tree = None
+            if tree is not None and tree.size >= 1:
+                current["tree"] = tree
+        return current["tree"]
+
+    events = []
+    for event in Decoder(pair, method, settings, plan=next_tree).run(ids, should_stop=ctx.should_stop):
+        events.append(event)
+        yield event
+    _record_costs(pair, events, settings)
+    return events[-1] if events else None
+
+
+def _record_costs(pair, events, settings: Settings) -> None:
+    """What the steps cost goes into the observations that correct the device profile."""
+    prof = profiler.cached_profile(pair)
+    try:
+        observed.record_run(profiler.profile_key(pair), prof, events, not settings.greedy)
+    except OSError as exc:  # a read-only cache must not fail the run
+        log.warning("could not record observed step costs: %s", exc)
+
+
+def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int):
+    from engine.decoding import Decoder
+    from engine.models import encode_prompt
+    pair = ctx.pair
+    ids = encode_prompt(pair, prompt, chat)
+    planned = []
+    for i, (lane, spec) in enumerate(specs):
+        ctx.progress(i / len(specs), f"planning {lane}")
+        planned.append((lane, build_plan(pair, spec, settings, **_measuring(ctx))))
+    yield Note("race", planned)
+    if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs
+        warm = Settings(temperature=settings.temperature, top_p=settings.top_p,
+                        max_new_tokens=warmup_tokens, seed=settings.seed, ignore_eos=True)
+        for lane, result in planned:
+            ctx.progress(None, f"warm-up (untimed): {lane}")
+            for _ in Decoder(pair, result.method, warm).run(ids, should_stop=ctx.should_stop):
+                pass
+    summaries = []
+    for lane, result in planned:
+        if ctx.should_stop():
+            break
+        yield Note("lane", lane)
+        events = []
+        for event in Decoder(pair, result.method, settings).run(ids, should_stop=ctx.should_stop):
+            events.append(event)
+            yield LaneEvent(lane, event)
+        _record_costs(pair, events, settings)
+        last = events[-1] if events else None
+        if last is not None:
+            summaries.append({"lane": lane, "label": result.method.label, "tokens": last.total_tokens,
+                              "steps": last.total_steps, "seconds": last.total_seconds,
+                              "prefill_seconds": last.prefill_seconds, "tokens_per_step": last.tokens_per_step,
+                              "tokens_per_second": last.tokens_per_second, "text": last.text,
+                              "token_ids": last.token_ids, "finish_reason": last.finish_reason,
+                              "expected_tokens": result.expected_tokens})
+    return summaries
+
+
+def measure_job(ctx, temperature, top_p, sampler, prompts, force):
+    pair = ctx.pair
+    if not force:
+        vec = profiler.cached_acceptance(pair, temperature, top_p, sampler)
+        if vec is not None:
+            return vec
+    prompts = prompts or ctx.worker.measure_prompts
+    if prompts is None:
+        prompts = default_prompts()
+    vec = profiler.measure_acceptance(pair, prompts, temperature, top_p, sampler,
+                                      tokens_per_prompt=ctx.worker.measure_tokens, progress=ctx.progress,
+                                      should_stop=ctx.should_stop)
+    vec.source = str(profiler.save_acceptance(pair, vec))
+    return vec
+
+
+def profile_job(ctx, max_budget, force):
+    pair = ctx.pair
+    if not force:
+        prof = profiler.cached_profile(pair)
+        if prof is not None:
+            return prof
+    prof = profiler.profile_device(pair, max_budget=min(max_budget, MAX_BUDGET), progress=ctx.progress,
+                                   should_stop=ctx.should_stop)
+    prof.source = str(profiler.save_profile(pair, prof))
+    return prof

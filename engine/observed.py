@@ -1,0 +1,124 @@
+"""Step costs observed in real runs, correcting the device profile the planner uses.
+
+A profile is measured once; a machine's speed is not fixed (one profile taken while something
+else ran used to make the planner choose plain decoding until the user re-profiled by hand).
+Every decoding run therefore records what its steps cost - the target's verify seconds by tree
+size, the draft's seconds against what the profile predicted for that tree, and the rest of the
+step - and `corrected` blends these into the profile:
+
+- t(n) at a tree size with at least MIN_SAMPLES observations: their median;
+- the draft curve: scaled by the median ratio observed / profiled;
+- per-step overhead (greedy and sampling kept apart): the median observed.
+
+Only the most recent KEEP values per entry are kept, so the correction follows the machine.
+The first step of a run is skipped (one-off allocation costs). Stored next to the profile cache
+(cache_dir()/observed/<profile key>.json), written atomically."""
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+import threading
+from dataclasses import asdict, dataclass, field
+
+from engine.paths import cache_dir
+
+KEEP = 64
+MIN_SAMPLES = 3
+_lock = threading.Lock()
+
+
+@dataclass
+class Observations:
+    target: dict[str, list[float]] = field(default_factory=dict)   # tree size -> verify seconds
+    # "greedy" | "sampling" -> values: at T > 0 the draft's and the walk's sampling maths are in them
+    draft_ratio: dict[str, list[float]] = field(default_factory=dict)  # observed / profiled draft seconds
+    other: dict[str, list[float]] = field(default_factory=dict)        # the rest of each step
+
+    def add(self, n: int, verify: float, draft_ratio: float | None, other: float, sampling: bool) -> None:
+        mode = "sampling" if sampling else "greedy"
+        _push(self.target.setdefault(str(n), []), verify)
+        if draft_ratio is not None:
+            _push(self.draft_ratio.setdefault(mode, []), draft_ratio)
+        _push(self.other.setdefault(mode, []), other)
+
+    @property
+    def steps(self) -> int:
+        return sum(len(v) for v in self.target.values())
+
+    def summary(self, prof) -> dict:
+        """Profiled vs observed, for the Planner tab and the bench JSON."""
+        rows = []
+        for key in sorted(self.target, key=int):
+            values = self.target[key]
+            profiled = prof.target_seconds.get(int(key)) if prof is not None else None
+            rows.append({"n": int(key), "observed_seconds": statistics.median(values), "samples": len(values),
+                         "profiled_seconds": profiled})
+        return {"target": rows, "steps": self.steps,
+                "draft_scale": {k: statistics.median(v) for k, v in self.draft_ratio.items() if v},
+                "overhead": {k: statistics.median(v) for k, v in self.other.items() if v}}
+
+
+def _push(values: list[float], value: float) -> None:
+    values.append(float(value))
+    del values[:-KEEP]
+
+
+def _path(key: str):
+    return cache_dir() / "observed" / f"{key}.json"
+
+
+def load(key: str) -> Observations:
+    try:
+        return Observations(**json.loads(_path(key).read_text()))
+    except (OSError, ValueError, TypeError):
+        return Observations()
+
+
+def save(key: str, obs: Observations) -> None:
+    path = _path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(obs)))
+    tmp.replace(path)
+
+
+def record_run(key: str, prof, events, sampling: bool) -> Observations:
+    """Add a finished run's steps (StepEvents, in order) to the observations stored under `key`."""
+    from engine.planner import CostCurve
+    from engine.tree import Tree
+    draft_curve = CostCurve(prof.draft_seconds, "draft_seconds") if prof is not None else None
+    with _lock:
+        obs = load(key)
+        for event in events:
+            if event.step <= 1 or not event.nodes:
+                continue  # the first step pays one-off costs; final events carry no step
+            tree = Tree(tuple(event.tree_parents))
+            ratio = None
+            if draft_curve is not None and tree.size > 1:
+                profiled = sum(draft_curve(w) for w in tree.expanding_widths if w > 0)
+                ratio = event.draft_seconds / profiled if profiled > 0 else None
+            obs.add(tree.size, event.verify_seconds, ratio, event.other_seconds, sampling)
+        save(key, obs)
+        return obs
+
+
+def corrected(prof, obs: Observations, sampling: bool):
+    """A copy of the profile with what runs observed blended in (see the module docstring);
+    the profile itself when nothing was observed."""
+    if prof is None or obs.steps == 0:
+        return prof
+    out = copy.deepcopy(prof)
+    for key, values in obs.target.items():
+        if len(values) >= MIN_SAMPLES:
+            out.target_seconds[int(key)] = statistics.median(values)
+    mode = "sampling" if sampling else "greedy"
+    ratios, other = obs.draft_ratio.get(mode, []), obs.other.get(mode, [])
+    if len(ratios) >= MIN_SAMPLES and len(other) >= MIN_SAMPLES:
+        scale = statistics.median(ratios)
+        out.draft_seconds = {w: s * scale for w, s in prof.draft_seconds.items()}
+        out.overhead_seconds = statistics.median(other)
+        if sampling:  # the observed draft and overhead seconds already hold the sampling maths
+            out.sampling_seconds = {}
+    out.source = f"{prof.source} + {obs.steps} observed steps"
+    return out

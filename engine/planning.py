@@ -1,0 +1,273 @@
+"""Planning, in one place: from a pair, settings and a method spec to a tree and its prediction.
+
+    spec (what the user asked: ar | chain | specinfer | sequoia | sequoia-auto | tree)
+      -> acceptance vector   (profiler's cache, the nearest measured one, or measured now)
+      -> DP table            (engine/planner.py; memoised per vector, so a budget change is a lookup)
+      -> tree                (the DP tree for (budget, depth), or the hardware-aware (n, d))
+      -> prediction          (tokens/step from the vector; seconds/step and speedup from the profile)
+
+The worker, the CLI, the bench and the app all choose trees through this module. With
+measure=False it only reads caches and never calls a model (safe on the UI thread)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from engine import methods as methods_mod
+from engine import observed, profiler
+from engine.errors import UserError
+from engine.planner import Choice, CostCurve, PlanTable, choose_shape, step_seconds
+from engine.settings import Settings
+from engine.tree import Tree
+
+MAX_BUDGET = 256       # nodes, the root included
+MAX_DEPTH = 32         # levels, the root included
+TABLE_DEPTH = 16       # the DP table covers depths up to this; deeper asks build a bigger one
+PROFILE_BUDGET = 128   # largest tree the device profile times (bigger ones are extrapolated)
+CPU_PROFILE_BUDGET = 32  # on a CPU t(n) grows about linearly past a few rows: time less, extrapolate
+METHOD_KINDS = ("ar", "chain", "specinfer", "sequoia", "sequoia-auto", "tree")
+
+
+def check_shape(budget: int, depth: int) -> None:
+    for value, name in ((budget, "budget"), (depth, "depth")):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise UserError(f"{name} must be an integer (got {value!r})")
+    if not 1 <= budget <= MAX_BUDGET:
+        raise UserError(f"budget must be between 1 and {MAX_BUDGET} nodes, the root included (got {budget})")
+    if not 1 <= depth <= MAX_DEPTH:
+        raise UserError(f"depth must be between 1 and {MAX_DEPTH} levels, the root included (got {depth})")
+    if budget > 1 and depth < 2:
+        raise UserError("a tree with more than one node needs depth >= 2 (the root is level 1)")
+
+
+@functools.lru_cache(maxsize=32)
+def _table(acceptance: tuple[float, ...], max_nodes: int, max_depth: int) -> PlanTable:
+    return PlanTable.build(list(acceptance), max_nodes, max_depth)
+
+
+def profile_budget(pair, asked: int = PROFILE_BUDGET) -> int:
+    """The largest tree worth timing on this pair's device."""
+    return min(asked, CPU_PROFILE_BUDGET) if pair.device.type == "cpu" else asked
+
+
+def table_for(acceptance, budget: int = MAX_BUDGET, depth: int = TABLE_DEPTH) -> PlanTable:
+    """The DP table for this vector, covering at least (budget, depth); memoised."""
+    return _table(tuple(float(x) for x in acceptance), max(budget, MAX_BUDGET), max(depth, TABLE_DEPTH))
+
+
+def node_costs(prof, sampling: bool) -> tuple[float, float]:
+    """(per expanded draft node, per visited target node) seconds of sampling maths; 0 when greedy
+    or when the profile predates their measurement."""
+    if not sampling or prof is None:
+        return (0.0, 0.0)
+    costs = getattr(prof, "sampling_seconds", None) or {}
+    return (float(costs.get("draft_node", 0.0)), float(costs.get("target_node", 0.0)))
+
+
+def hardware_aware(acceptance, prof, max_budget: int, max_depth: int, sampling: bool = False) -> Choice:
+    """The (n <= max_budget, d <= max_depth) that maximises predicted tokens/s on the profiled device."""
+    table = table_for(acceptance, max_budget, max_depth)
+    return choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
+                        budgets=range(1, max_budget + 1), depths=range(1, max_depth + 1),
+                        node_costs=node_costs(prof, sampling))
+
+
+@dataclass
+class Prediction:
+    tokens_per_step: float | None
+    seconds_per_step: float | None = None
+    tokens_per_second: float | None = None
+    speedup: float | None = None   # over autoregressive on the same profile
+
+
+def predict(tree: Tree, acceptance, prof, sampling: bool = False) -> Prediction:
+    """Tokens/step from the acceptance vector (None: unknown); time from the device profile
+    (with the sampling maths when `sampling`, i.e. T > 0)."""
+    if tree.size == 1:
+        expected = 1.0
+    elif acceptance is None:
+        return Prediction(None)
+    else:
+        expected = tree.expected_tokens(acceptance)
+    if prof is None:
+        return Prediction(expected)
+    target = CostCurve(prof.target_seconds, "target_seconds")
+    draft = CostCurve(prof.draft_seconds, "draft_seconds")
+    costs = node_costs(prof, sampling)
+    seconds = step_seconds(tree.expanding_widths, target, draft, tree.size, prof.overhead_seconds, costs, expected)
+    if seconds <= 0:
+        return Prediction(expected, seconds)
+    baseline = target(1) + prof.overhead_seconds + costs[1]
+    return Prediction(expected, seconds, expected / seconds, expected / seconds * baseline)
+
+
+def corrected_profile(pair, sampling: bool):
+    """The cached device profile with the step costs real runs observed blended in (engine/observed.py)."""
+    prof = profiler.cached_profile(pair)
+    if prof is None:
+        return None
+    return observed.corrected(prof, observed.load(profiler.profile_key(pair)), sampling)
+
+
+# ---------------------------------------------------------------- what the user asks for
+@dataclass(frozen=True)
+class MethodSpec:
+    """What the user asked for; turned into a Method (and maybe a plan) by build_plan.
+
+    kind: ar | chain | specinfer | sequoia (DP for budget/depth) | sequoia-auto (hardware-aware,
+    budget/depth are upper bounds) | tree (a given tree, e.g. imported).
+    SpecInfer's width defaults to the most chains of `depth` levels that fit in `budget` nodes."""
+    kind: str
+    budget: int = 16
+    depth: int = 8
+    width: int | None = None
+    tree: Tree | None = None
+
+    def check(self) -> None:
+        if self.kind not in METHOD_KINDS:
+            raise UserError(f"unknown method '{self.kind}' (use one of {', '.join(METHOD_KINDS)})")
+        if self.kind == "tree":
+            if self.tree is None:
+                raise UserError("no tree given: import a tree JSON or growmap first")
+            return
+        if self.kind != "ar":
+            check_shape(self.budget, self.depth)
+        if self.kind in ("chain", "specinfer") and self.depth < 2:
+            raise UserError(f"{self.kind} needs depth >= 2 (the root is level 1)")
+        if self.kind in ("chain", "specinfer"):
+            nodes = 1 + self.specinfer_width * (self.depth - 1) if self.kind == "specinfer" else self.depth
+            if nodes > self.budget:
+                raise UserError(f"{self.kind} with depth {self.depth} needs {nodes} nodes, above the budget of "
+                                f"{self.budget}; lower the depth or raise the budget")
+
+    @property
+    def specinfer_width(self) -> int:
+        if self.width is not None:
+            return self.width
+        return max(1, (self.budget - 1) // max(1, self.depth - 1))
+
+
+@dataclass
+class PlanResult:
+    spec: MethodSpec
+    method: Any                       # engine.methods.Method
+    expected_tokens: float | None     # F(tree) under the acceptance vector, when one applies
+    acceptance: Any = None            # profiler.AcceptanceVector used (or None)
+    acceptance_note: str = ""         # where the vector came from, said in words
+    exact: bool = True                # the vector is for exactly these settings
+    profile: Any = None               # profiler.DeviceProfile (or None)
+    choice: Any = None                # planner.Choice for hardware-aware plans
+    predicted_speedup: float | None = None
+    predicted_seconds_per_step: float | None = None
+
+    @property
+    def tree(self) -> Tree:
+        return self.method.tree
+
+    def summary(self) -> dict:
+        t = self.tree
+        out = {"method": self.method.name, "label": self.method.label, "budget": t.size, "size": t.size,
+               "depth": t.depth, "levels": t.level_widths, "parents": list(t.parents),
+               "expected_tokens": self.expected_tokens, "acceptance_note": self.acceptance_note,
+               "exact_acceptance": self.exact, "predicted_speedup": self.predicted_speedup}
+        if self.acceptance is not None:
+            out.update(acceptance=list(self.acceptance.probabilities), acceptance_source=self.acceptance.source,
+                       acceptance_positions=self.acceptance.positions,
+                       acceptance_temperature=self.acceptance.temperature)
+        if self.profile is not None:
+            out["profile_source"] = self.profile.source
+        if self.choice is not None:
+            out.update(chosen_budget=self.choice.n, chosen_depth=self.choice.d)
+        return out
+
+
+class NeedsMeasurement(UserError):
+    """A plan from caches alone was asked for, and a measurement is missing: `what` is
+    'acceptance' or 'profile'."""
+
+    def __init__(self, what: str, message: str):
+        super().__init__(message)
+        self.what = what
+
+
+def _fixed_method(spec: MethodSpec):
+    """The method of a spec whose tree needs no acceptance vector, else None."""
+    if spec.kind == "ar":
+        return methods_mod.autoregressive()
+    if spec.kind == "chain":
+        return methods_mod.chain(spec.depth)
+    if spec.kind == "specinfer":
+        return methods_mod.specinfer(spec.specinfer_width, spec.depth)
+    if spec.kind == "tree":
+        return methods_mod.sequoia(spec.tree)
+    return None
+
+
+def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measure: bool, allow_nearest: bool,
+                progress, should_stop, prompts, tokens_per_prompt) -> tuple[Any, bool, str]:
+    """(vector or None, exact for these settings, where it came from in words)."""
+    T, top_p = settings.temperature, settings.top_p
+    vec = profiler.cached_acceptance(pair, T, top_p, sampler)
+    if vec is not None:
+        return vec, True, f"measured over {vec.positions} positions, cache file {vec.source}"
+    if spec.kind not in ("sequoia", "sequoia-auto"):
+        if spec.kind == "ar":
+            return None, True, "autoregressive: one token per step, no acceptance vector needed"
+        return None, True, f"no acceptance vector measured for the {sampler} sampler at T={T:g}: no prediction"
+    if measure:
+        vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress,
+                                         should_stop=should_stop, prompts=prompts,
+                                         tokens_per_prompt=tokens_per_prompt)
+        return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})"
+    near = profiler.nearest_vector(pair, T, top_p, sampler) if allow_nearest else None
+    if near is None:
+        raise NeedsMeasurement("acceptance", f"no acceptance vector measured for this pair at T={T:g}, "
+                               f"top-p={top_p:g}: it must be measured first")
+    other = ("" if near.draft_kernels == profiler.draft_kernels(pair)
+             else f", measured with the draft on {near.draft_kernels} kernels")
+    return near, False, (f"no vector measured at T={T:g}, top-p={top_p:g}: using the nearest measured one "
+                         f"(T={near.temperature:g}, top-p={near.top_p:g}{other}; {near.positions} positions, "
+                         f"{near.source})")
+
+
+def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, allow_nearest: bool = False,
+               progress: Callable[[float | None, str], None] | None = None,
+               should_stop: Callable[[], bool] = lambda: False, prompts: list[str] | None = None,
+               tokens_per_prompt: int = 48, profile_budget: int = PROFILE_BUDGET) -> PlanResult:
+    """Spec -> Method (+ the numbers that predict it). Measures only when `measure` is True;
+    otherwise raises NeedsMeasurement. Pure cache reads when measure=False (no model calls)."""
+    spec.check()
+    method = _fixed_method(spec)
+    sampler = method.sampler if method is not None else "sequoia"
+    vec, exact, note = _acceptance(pair, spec, settings, sampler, measure, allow_nearest, progress, should_stop,
+                                   prompts, tokens_per_prompt)
+    prof = corrected_profile(pair, not settings.greedy)
+    choice = None
+    if spec.kind == "sequoia-auto":
+        if prof is None:
+            if not measure:
+                raise NeedsMeasurement("profile", "hardware-aware planning needs a device profile: "
+                                       "profile this device first")
+            prof = profiler.device_profile(pair, measure=True, max_budget=profile_budget,
+                                           progress=progress, should_stop=should_stop)
+        choice = hardware_aware(vec.probabilities, prof, spec.budget, spec.depth, not settings.greedy)
+        method = methods_mod.sequoia(choice.tree, name="sequoia-auto")
+    elif spec.kind == "sequoia":
+        method = methods_mod.sequoia(table_for(vec.probabilities, spec.budget, spec.depth).tree(spec.budget, spec.depth))
+    pred = predict(method.tree, vec.probabilities if vec is not None else None, prof, not settings.greedy)
+    return PlanResult(spec, method, pred.tokens_per_step, vec, note, exact, prof, choice, pred.speedup,
+                      pred.seconds_per_step)
+
+
+def dp_plan(pair, settings: Settings, budget: int, depth: int, **measuring) -> PlanResult:
+    """The DP tree for (budget, depth), measuring the acceptance vector if none is cached."""
+    return build_plan(pair, MethodSpec("sequoia", budget, depth), settings, measure=True, **measuring)
+
+
+def auto_plan(pair, settings: Settings, max_budget: int = 128, max_depth: int = TABLE_DEPTH,
+              **measuring) -> PlanResult:
+    """Hardware-aware: the (n, d) that maximises predicted tokens/s on this device (measuring the
+    acceptance vector and the device profile if none is cached)."""
+    return build_plan(pair, MethodSpec("sequoia-auto", max_budget, max_depth), settings, measure=True,
+                      profile_budget=max_budget, **measuring)

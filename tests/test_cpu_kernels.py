@@ -1,0 +1,121 @@
+"""The fast CPU path (engine/cpu_kernels.py): packed kernels keep a row's output independent of
+the other rows (the target's part of exactness), loading reports what it did, and the output stays
+exact (greedy equality and the chi-square tests run on both paths in tests/test_exactness.py)."""
+import pytest
+import torch
+from transformers import DynamicCache
+
+from engine import attention, cpu_kernels, methods
+from engine.decoding import generate_ids
+from engine.models import encode_prompt, load_pair
+from engine.settings import Settings
+from engine.tree import Tree
+from tests.tiny import tiny_pair, tiny_pair_dirs
+
+ROWS = (1, 2, 3, 4, 5, 8, 16, 33)
+
+
+def _linear(in_features=96, out_features=80, fp16_weights=True):
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(in_features, out_features)
+    if fp16_weights:  # like a float16 checkpoint: every weight exactly representable
+        with torch.no_grad():
+            linear.weight.copy_(linear.weight.half().float())
+    return linear.eval()
+
+
+@pytest.mark.parametrize("kind", ["fp16", "onednn"])
+def test_packed_target_linears_are_row_independent_bit_for_bit(kind):
+    linear = _linear()
+    packed = cpu_kernels.PackedLinear(linear, kind)
+    for m in ROWS:
+        x = torch.randn(m, 96)
+        with torch.inference_mode():
+            together = packed(x)
+            alone = torch.cat([packed(x[i:i + 1]) for i in range(m)])
+            plain = torch.nn.functional.linear(x, linear.weight, linear.bias)
+        assert torch.equal(together, alone), (kind, m)
+        torch.testing.assert_close(together, plain, atol=1e-5, rtol=1e-5)  # the same layer, other rounding
+
+
+def test_int8_draft_linears_couple_rows_and_say_so():
+    """Dynamic int8 quantises each call's activations with one scale: rows depend on each other.
+    That is allowed for the draft only, and the load report says so."""
+    linear = _linear(fp16_weights=False)
+    packed = cpu_kernels.PackedLinear(linear, "int8")
+    x = torch.randn(8, 96)
+    x[0] *= 50  # one large row changes the scale every other row is quantised with
+    with torch.inference_mode():
+        together, alone = packed(x), torch.cat([packed(x[i:i + 1]) for i in range(8)])
+        plain = torch.nn.functional.linear(x, linear.weight, linear.bias)
+    assert not torch.equal(together[1:], alone[1:])
+    assert float((alone - plain).norm() / plain.norm()) < 0.05  # still a close approximation
+    assert cpu_kernels.couples_rows({"linears": {"int8": 3}})
+    assert not cpu_kernels.couples_rows({"linears": {"fp16": 3, "onednn": 1}})
+
+
+def test_fast_load_packs_every_linear_once_and_reports_it():
+    fast, default = tiny_pair("llama", kernels="fast"), tiny_pair("llama")
+    n_linears = sum(type(m) is torch.nn.Linear for m in default.target.modules())
+    assert n_linears > 0
+    report = fast.describe()
+    assert report["cpu_kernels"] == "fast" and default.describe()["cpu_kernels"] == "default"
+    assert report["kernels"]["target"]["linears"] == {"fp16": n_linears}  # float16 checkpoint: all exact
+    assert report["kernels"]["draft"]["linears"] == {"int8": n_linears}
+    assert report["kernels"]["target"]["embedding"] == "float16"
+    assert not any(type(m) is torch.nn.Linear for m in fast.target.modules())  # one copy: the packed one
+    assert fast.target.dtype == torch.float32 and fast.rows_coupled("draft") and not fast.rows_coupled("target")
+    assert fast.model_bytes() < default.model_bytes()
+    # the probe ran before packing, on the models as stored, and passed
+    assert fast.probe["target"]["passed"] and fast.probe["draft"]["passed"]
+
+
+def test_float32_checkpoints_keep_exact_weights_on_onednn_and_stay_greedy_exact():
+    draft, target = tiny_pair_dirs("qwen2")  # float32 weights: float16 would round them
+    pair = load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="fast")
+    assert set(pair.cpu_kernels["target"]["linears"]) == {"onednn"}
+    assert pair.cpu_kernels["target"]["embedding"] == "unchanged"
+    ids = encode_prompt(pair, "tree decoding", chat=False)
+    ref = pair.target.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+                               pad_token_id=0)[0, len(ids):].tolist()
+    settings = Settings(max_new_tokens=24, ignore_eos=True)
+    for method in (methods.chain(4), methods.sequoia(Tree.from_branching([3, 2, 1, 0, 1]))):
+        assert generate_ids(pair, ids, method, settings)[0] == ref, method.label
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])
+def test_tree_forward_scores_each_token_as_its_own_causal_forward(family):
+    """Row independence at the model level: a tree node's logits equal those of a plain causal
+    forward over prefix + its root path, fed one token at a time (the autoregressive target)."""
+    pair = tiny_pair(family, kernels="fast")
+    model = pair.target
+    prefix = encode_prompt(pair, "hello there", chat=False)
+    tree = Tree.from_branching([3, 2, 1, 0, 1, 0])
+    tokens = [prefix[-1]] + [(5 * i + 2) % pair.vocab_size for i in range(1, tree.size)]
+    base = len(prefix) - 1
+    cache = DynamicCache(config=model.config)
+    attention.forward_causal(model, cache, prefix[:-1])
+    visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(tree.size)), list(range(tree.size)),
+                                        pair.device)
+    tree_logits = attention.forward(model, cache, tokens, [base + d for d in tree.depth_of], visible)
+    worst = 0.0
+    for node in range(tree.size):
+        single = DynamicCache(config=model.config)
+        attention.forward_causal(model, single, prefix[:-1])
+        for v in tree.path_to(node):
+            logits = attention.forward_causal(model, single, [tokens[v]])[-1]
+        worst = max(worst, float((tree_logits[node] - logits).abs().max()))
+    # the linears are bitwise row-independent (test above); attention's softmax over a longer or
+    # shorter masked row may round differently in the last bits, nothing more
+    assert worst < 1e-4, worst
+
+
+def test_cli_takes_cpu_kernels_and_refuses_others(capsys):
+    from engine.cli import build_parser
+    args = build_parser().parse_args(["generate", "--prompt", "x", "--cpu-kernels", "default"])
+    assert args.cpu_kernels == "default"
+    assert build_parser().parse_args(["profile"]).cpu_kernels == "fast"
+    assert build_parser().parse_args(["plan", "--cpu-kernels", "default"]).cpu_kernels == "default"
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["generate", "--prompt", "x", "--cpu-kernels", "turbo"])
+    assert exc.value.code == 2 and "turbo" in capsys.readouterr().err
