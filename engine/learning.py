@@ -1,0 +1,240 @@
+"""Learning the acceptance vector while decoding (issue 15, ALGORITHM.md §7).
+
+What a step tells (censored acceptance): at every node the walk visited and decided, its c
+children were tried in rank order; the outcome is "rank r accepted" (r <= c) or "none of the c".
+That node says nothing about ranks above c. So, per rank k,
+
+    trials[k]  = decided visited nodes with at least k children
+    accepts[k] = those of them where rank k was the accepted child
+
+and accepts[k] / trials[k] estimates p_k, the planner's P(rank k accepted at a node with >= k
+children), without bias ("none of c" counts as a rejection of ranks 1..c). A node whose children
+were never tried (an accepted EOS ended the walk there) is not counted.
+
+Pooling with the prior (stated rule; PRIOR_WEIGHT pseudo-observations per rank):
+
+    posterior[k] = (w * prior[k] + accepts[k]) / (w + trials[k])
+
+i.e. the mean of a Beta(w * prior[k], w * (1 - prior[k])) prior updated with the rank's own
+trials. Ranks are estimated separately, so the sum may exceed 1 on little evidence: it is then
+scaled down to MAX_TOTAL. Two stages use the rule:
+  1. the run's starting vector = the measured (or interpolated) vector pooled with the evidence
+     stored by earlier runs at the same settings (cache_dir()/learned/<acceptance key>.json);
+  2. within a run, the starting vector pooled with this run's evidence; the decoder gets a
+     re-planned tree between steps (engine/planning.py plan_from_vector).
+Stored evidence is capped at STORED_CAP trials of rank 1 (older evidence is scaled down), so the
+stored vector follows a pair's recent use. The measured vector in the acceptance cache is never
+touched.
+
+Exactness: the tree of step t is computed from steps < t only (their accepted ranks), never
+from step t's own draws; verification is exact for any fixed tree (ALGORITHM.md §7 "Adaptive
+trees are exact"), so every step, and the whole output, stays distributed as the target's."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from engine.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+PRIOR_WEIGHT = 32.0   # pseudo-observations per rank the prior counts for
+STORED_CAP = 2048.0   # stored evidence keeps at most this many rank-1 trials (older ones fade)
+MAX_TOTAL = 0.999     # a pooled vector's sum is scaled down to this when it exceeds 1
+MIN_CHANGE = 0.01     # re-plan when some rank of the posterior moved by more than this
+
+
+# ---------------------------------------------------------------- evidence
+@dataclass
+class Evidence:
+    """Censored counts per rank (index 0 = rank 1)."""
+    trials: list[float] = field(default_factory=list)
+    accepts: list[float] = field(default_factory=list)
+    nodes: float = 0.0        # decided visited nodes with at least one child (= trials of rank 1)
+    runs: int = 0
+
+    def _grow(self, width: int) -> None:
+        while len(self.trials) < width:
+            self.trials.append(0.0)
+            self.accepts.append(0.0)
+
+    def add_node(self, children: int, accepted_rank: int | None) -> None:
+        """One decided node: `children` tried in rank order, `accepted_rank` (1-based) or None."""
+        if children <= 0:
+            return
+        self._grow(children)
+        for k in range(children):
+            self.trials[k] += 1
+        if accepted_rank is not None:
+            if not 1 <= accepted_rank <= children:
+                raise ValueError(f"accepted rank {accepted_rank} of a node with {children} children")
+            self.accepts[accepted_rank - 1] += 1
+        self.nodes += 1
+
+    def add(self, other: "Evidence") -> "Evidence":
+        out = Evidence(list(self.trials), list(self.accepts), self.nodes + other.nodes, self.runs + other.runs)
+        out._grow(len(other.trials))
+        for k in range(len(other.trials)):
+            out.trials[k] += other.trials[k]
+            out.accepts[k] += other.accepts[k]
+        return out
+
+    def observed(self) -> list[float | None]:
+        """accepts / trials per rank (None where a rank had no trial)."""
+        return [a / t if t else None for a, t in zip(self.accepts, self.trials)]
+
+    def capped(self, cap: float = STORED_CAP) -> "Evidence":
+        if self.nodes <= cap:
+            return self
+        f = cap / self.nodes
+        return Evidence([t * f for t in self.trials], [a * f for a in self.accepts], cap, self.runs)
+
+    def to_dict(self) -> dict:
+        return {"trials": self.trials, "accepts": self.accepts, "nodes": self.nodes, "runs": self.runs}
+
+    @classmethod
+    def from_dict(cls, obj: dict) -> "Evidence":
+        return cls([float(x) for x in obj.get("trials", [])], [float(x) for x in obj.get("accepts", [])],
+                   float(obj.get("nodes", 0)), int(obj.get("runs", 0)))
+
+
+def step_evidence(event) -> Evidence:
+    """The censored outcomes of one StepEvent (empty for an event without a tree step)."""
+    ev = Evidence()
+    if not event.nodes:
+        return ev
+    parents = list(event.tree_parents)
+    kids = [0] * len(parents)
+    for p in parents:
+        if p >= 0:
+            kids[p] += 1
+    status = {n.index: n.status for n in event.nodes[:len(parents)] if n.status != "bonus"}
+    path = list(event.accepted_path)
+    for i, v in enumerate(path):
+        accepted = event.accepted_ranks[i] if i < len(event.accepted_ranks) else None
+        children = [c for c, p in enumerate(parents) if p == v]
+        if accepted is None and not any(status.get(c) == "rejected" for c in children):
+            continue  # a leaf, or an accepted EOS ended the walk here: no child was tried
+        ev.add_node(kids[v], accepted)
+    return ev
+
+
+def events_evidence(events) -> Evidence:
+    out = Evidence()
+    for e in events:
+        out = out.add(step_evidence(e))
+    return out
+
+
+# ---------------------------------------------------------------- pooling
+def pooled(prior: list[float], evidence: Evidence, weight: float = PRIOR_WEIGHT) -> list[float]:
+    """The posterior mean per rank (see the module docstring); as long as the prior."""
+    out = []
+    for k, p in enumerate(prior):
+        t = evidence.trials[k] if k < len(evidence.trials) else 0.0
+        a = evidence.accepts[k] if k < len(evidence.accepts) else 0.0
+        out.append((weight * float(p) + a) / (weight + t) if weight + t > 0 else float(p))
+    total = sum(out)
+    if total > MAX_TOTAL:
+        out = [x * MAX_TOTAL / total for x in out]
+    return out
+
+
+# ---------------------------------------------------------------- storage
+def learned_path(key: str) -> Path:
+    return cache_dir() / "learned" / f"{key}.json"
+
+
+def load(key: str) -> Evidence:
+    """The evidence stored for this acceptance key (empty when none or unreadable)."""
+    path = learned_path(key)
+    try:
+        return Evidence.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return Evidence()
+    except (OSError, ValueError, TypeError) as exc:
+        log.warning("ignoring unreadable learned acceptance %s: %s", path, exc)
+        return Evidence()
+
+
+def save(key: str, evidence: Evidence, meta: dict | None = None, prior: list[float] | None = None) -> Path:
+    path = learned_path(key)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    obj = {**(meta or {}), **evidence.to_dict(), "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+           "pooling": f"posterior[k] = ({PRIOR_WEIGHT:g} * prior[k] + accepts[k]) / ({PRIOR_WEIGHT:g} + trials[k])"}
+    if prior is not None:
+        obj["prior"] = list(prior)
+        obj["posterior"] = pooled(prior, evidence)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(obj, indent=1))
+    tmp.replace(path)
+    return path
+
+
+def record(key: str, run: Evidence, meta: dict | None = None, prior: list[float] | None = None) -> Evidence:
+    """Add one run's evidence to the stored evidence of this key; returns the new stored evidence."""
+    if run.nodes <= 0:
+        return load(key)
+    stored = load(key).add(replace(run, runs=1)).capped()
+    try:
+        save(key, stored, meta, prior)
+    except OSError as exc:  # a read-only cache must not fail the run
+        log.warning("could not store the learned acceptance: %s", exc)
+    return stored
+
+
+def with_stored(vec, stored: Evidence):
+    """An AcceptanceVector: `vec` pooled with stored evidence (stage 1), or `vec` itself when there
+    is none. Its `source` and `positions` say what backs it."""
+    if vec is None or stored.nodes <= 0:
+        return vec
+    probs = pooled(vec.probabilities, stored)
+    n = max(1.0, stored.nodes)
+    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / (PRIOR_WEIGHT + (stored.trials[k] if k < len(stored.trials)
+                                                                     else 0.0)))
+          for k, p in enumerate(probs)]
+    return replace(vec, probabilities=probs, none=max(0.0, 1.0 - sum(probs)), ci95=ci,
+                   positions=int(vec.positions + n),
+                   source=f"{vec.source} + learned from {int(n)} positions over {stored.runs} runs")
+
+
+# ---------------------------------------------------------------- one run
+class Learner:
+    """Learning during one run: starts from `start` (a vector already pooled with stored
+    evidence), absorbs each StepEvent, and says when the posterior moved enough to re-plan.
+    `record()` at the end adds the run's evidence to the store under `key`."""
+
+    def __init__(self, start: list[float], key: str | None = None, meta: dict | None = None,
+                 base: list[float] | None = None, weight: float = PRIOR_WEIGHT):
+        self.start, self.key, self.meta, self.weight = list(start), key, meta or {}, weight
+        self.base = list(base) if base is not None else list(start)   # the measured/interpolated vector
+        self.run = Evidence()
+        self.planned_with = list(start)   # the vector the current tree was planned from
+
+    def observe(self, event) -> None:
+        self.run = self.run.add(step_evidence(event))
+
+    @property
+    def posterior(self) -> list[float]:
+        return pooled(self.start, self.run, self.weight)
+
+    def should_replan(self) -> bool:
+        return any(abs(a - b) > MIN_CHANGE for a, b in zip(self.posterior, self.planned_with))
+
+    def state(self) -> dict:
+        """What the Live chart shows: prior, observed (hits, trials) and posterior per rank."""
+        width = len(self.start)
+        trials = (self.run.trials + [0.0] * width)[:width]
+        accepts = (self.run.accepts + [0.0] * width)[:width]
+        return {"prior": list(self.start), "posterior": self.posterior,
+                "observed": [(int(a), int(t)) for a, t in zip(accepts, trials)],
+                "positions": int(self.run.nodes), "weight": self.weight}
+
+    def record(self) -> Evidence | None:
+        if self.key is None:
+            return None
+        return record(self.key, self.run, self.meta, self.base)
