@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import torch
-from transformers import DynamicCache
 
 from engine import attention, sampling
 from engine.errors import UserError
@@ -108,8 +107,8 @@ class Decoder:
         # probabilities are float64, which MPS lacks: do that maths on the CPU there
         self.prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
         self.clock = _Clock(pair.device)
-        self.target_cache = DynamicCache(config=pair.target.config)
-        self.draft_cache = DynamicCache(config=pair.draft.config)
+        self.target_cache = attention.new_cache(pair.target)
+        self.draft_cache = attention.new_cache(pair.draft)
         self.draft_len = 0  # committed tokens held by the draft cache
 
     # ---------------- public ----------------
@@ -164,12 +163,9 @@ class Decoder:
                 return
 
     def _fitted(self, tree: Tree, length: int) -> Tree:
-        """The plan cut to what fits: positions below the context limit and, for sliding-window
-        caches, every tree row inside the window (a breadth-first prefix is still a tree)."""
+        """The plan cut to what fits: positions below the context limit. Sliding-window layers
+        need no cut: their cache (attention.TreeWindowLayer) keeps what every tree row can see."""
         tree = tree.truncated(self.pair.context_limit - length)
-        window = self.pair.kv_window
-        if window is not None and length - 1 + tree.size > window - 1:
-            tree = Tree(tree.parents[:max(1, window - length)])
         if max(len(c) for c in tree.children) > self.pair.vocab_size:
             raise UserError(f"a tree node has more children than the vocabulary has tokens ({self.pair.vocab_size})")
         return tree
@@ -258,7 +254,7 @@ class Decoder:
                 target_p[node] = torch.softmax(logits[node].to(sampling.PROB_DTYPE), -1)
                 verdict = sampling.verify_greedy(best, kid_tokens)
             else:
-                p = sampling.target_distribution(logits[node], s.temperature, s.top_p)
+                p = sampling.target_distribution(logits[node], s.temperature, s.top_p, s.top_k)
                 target_p[node] = p
                 verify = sampling.verify_sequoia if self.method.sampler == "sequoia" else sampling.verify_specinfer
                 verdict = (verify(p, drafted.q[node], kid_tokens, self.generator) if kids

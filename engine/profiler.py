@@ -53,6 +53,7 @@ class AcceptanceVector:
     seconds: float = 0.0
     source: str = "measured"            # or the cache file it came from
     draft_kernels: str = "default"      # the draft's CPU kernels (engine/cpu_kernels.py): int8 drafts accept a bit less
+    top_k: int = 0                      # 0 = off (files written before top-k existed read as off)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -63,29 +64,45 @@ def _key(*parts) -> str:
 
 
 def draft_kernels(pair: ModelPair) -> str:
-    """How the draft computes (its numerics change acceptance, never exactness)."""
-    return pair.cpu_kernels.get("draft", {}).get("mode", "default")
+    """How the draft computes: its numerics and a pruned head change acceptance, never exactness."""
+    report = getattr(pair, "cpu_kernels", {}).get("draft", {})
+    mode = report.get("mode", "default")
+    return f"{mode}+head{report['head_tokens']}" if report.get("head_tokens") else mode
 
 
-def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: float, width: int) -> str:
+def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: float, width: int,
+                   top_k: int | None = 0) -> str:
+    """top_k 0/None (off) gives the key used before top-k existed, so older files are still found.
+    The width is the one measured: at most the vocabulary's size (see measure_acceptance)."""
     sampler = "greedy" if temperature == 0 else sampler
+    width = measurable_width(pair, width)
     parts = ["acceptance", pair.draft_name, pair.target_name, sampler, float(temperature),
              float(top_p) if temperature else 1.0, int(width)]
+    if temperature and top_k:
+        parts.append(f"top_k={int(top_k)}")
     kernels = draft_kernels(pair)
     return _key(*parts, kernels) if kernels != "default" else _key(*parts)
+
+
+def measurable_width(pair, width: int) -> int:
+    """A star cannot have more children than the vocabulary has tokens: measure at most that many."""
+    vocab = getattr(pair, "vocab_size", None)
+    return min(int(width), int(vocab)) if isinstance(vocab, int) and vocab > 0 else int(width)
 
 
 def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, top_p: float = 1.0,
                        sampler: str = "sequoia", width: int = 16, tokens_per_prompt: int = 48,
                        seed: int = 0, chat: bool | None = None, progress: Progress | None = None,
-                       should_stop: Callable[[], bool] = lambda: False, ignore_eos: bool = False) -> AcceptanceVector:
+                       should_stop: Callable[[], bool] = lambda: False, ignore_eos: bool = False,
+                       top_k: int | None = 0) -> AcceptanceVector:
     """On-policy: decode with a star tree (root + `width` children) under the sampler that
     decoding will use and count which rank got accepted. The text produced is exact target
     sampling, so the positions are the ones real decoding visits."""
     if not 1 <= width <= 64:
         raise UserError(f"width must be between 1 and 64 (got {width})")
+    width = measurable_width(pair, width)  # a 16-wide star on a 10-token vocabulary: measure 10
     settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=tokens_per_prompt, seed=seed,
-                        ignore_eos=ignore_eos)
+                        ignore_eos=ignore_eos, top_k=int(top_k or 0))
     method = methods.Method("measure", Tree.star(width), sampler)
     counts, none, start = [0] * width, 0, time.perf_counter()
     for i, prompt in enumerate(prompts):
@@ -110,13 +127,14 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
     return AcceptanceVector(probs, none / total, total, ci, pair.draft_name, pair.target_name,
                             "greedy" if temperature == 0 else sampler, float(temperature),
                             float(top_p), width, len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"),
-                            time.perf_counter() - start, draft_kernels=draft_kernels(pair))
+                            time.perf_counter() - start, draft_kernels=draft_kernels(pair),
+                            top_k=int(top_k or 0) if temperature else 0)
 
 
 def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
-                      width: int = 16) -> AcceptanceVector | None:
+                      width: int = 16, top_k: int | None = 0) -> AcceptanceVector | None:
     """A measured vector for these exact settings, from the user cache or a file shipped in assets/."""
-    found = _read_cached("acceptance", acceptance_key(pair, sampler, temperature, top_p, width))
+    found = _read_cached("acceptance", acceptance_key(pair, sampler, temperature, top_p, width, top_k))
     if found is None:
         return None
     path, obj = found
@@ -126,7 +144,7 @@ def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, s
 
 
 def save_acceptance(pair: ModelPair, vec: AcceptanceVector) -> Path:
-    key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width)
+    key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, vec.top_k)
     return _write_cached("acceptance", key, vec.to_dict())
 
 
@@ -147,7 +165,8 @@ def measured_vectors(pair: ModelPair) -> list[AcceptanceVector]:
     return out
 
 
-def nearest_vector(pair: ModelPair, temperature: float, top_p: float, sampler: str = "sequoia"):
+def nearest_vector(pair: ModelPair, temperature: float, top_p: float, sampler: str = "sequoia",
+                   top_k: int | None = 0):
     """The measured vector closest in (temperature, top-p) with the same kind of sampler, or None;
     one measured with this draft's kernels first. Greedy (T=0) vectors only stand in for T=0 and
     sampling ones only for T>0."""
@@ -155,7 +174,7 @@ def nearest_vector(pair: ModelPair, temperature: float, top_p: float, sampler: s
     cands = [v for v in measured_vectors(pair) if v.sampler == want]
     if not cands:
         return None
-    return min(cands, key=lambda v: (v.draft_kernels != kernels,
+    return min(cands, key=lambda v: (v.draft_kernels != kernels, (v.top_k or 0) != (top_k or 0),
                                      abs(v.temperature - temperature) + abs(v.top_p - top_p), v.temperature))
 
 
@@ -178,15 +197,15 @@ def _write_cached(kind: str, key: str, obj: dict) -> Path:
 
 def acceptance_vector(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
                       width: int = 16, prompts: list[str] | None = None, measure: bool = True,
-                      **kwargs) -> AcceptanceVector | None:
+                      top_k: int | None = 0, **kwargs) -> AcceptanceVector | None:
     """The cached vector, or a fresh measurement (then cached) when allowed."""
-    vec = cached_acceptance(pair, temperature, top_p, sampler, width)
+    vec = cached_acceptance(pair, temperature, top_p, sampler, width, top_k)
     if vec is not None or not measure:
         return vec
     if prompts is None:
         from engine.prompts import default_prompts
         prompts = default_prompts()
-    vec = measure_acceptance(pair, prompts, temperature, top_p, sampler, width, **kwargs)
+    vec = measure_acceptance(pair, prompts, temperature, top_p, sampler, width, top_k=top_k, **kwargs)
     vec.source = str(save_acceptance(pair, vec))
     return vec
 

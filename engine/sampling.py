@@ -9,26 +9,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 PROB_DTYPE = torch.float64
 
 
-def warped_logits(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
-    """Temperature then top-p, exactly as transformers' warpers define them (on float32 logits)."""
+def warped_logits(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int | None = 0) -> torch.Tensor:
+    """Temperature, then top-k, then top-p: transformers' warpers in generate()'s order (on float32
+    logits). top_k 0 or None is off, as in generate()."""
     scores = logits.float()
     squeeze = scores.dim() == 1
     if squeeze:
         scores = scores[None]
     scores = TemperatureLogitsWarper(float(temperature))(None, scores)
+    if top_k:
+        scores = TopKLogitsWarper(int(top_k))(None, scores)
     if top_p < 1.0:
         scores = TopPLogitsWarper(float(top_p))(None, scores)
     return scores[0] if squeeze else scores
 
 
-def target_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+def target_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
+                        top_k: int | None = 0) -> torch.Tensor:
     """p: what plain sampling from the target would use."""
-    return torch.softmax(warped_logits(logits, temperature, top_p).to(PROB_DTYPE), dim=-1)
+    return torch.softmax(warped_logits(logits, temperature, top_p, top_k).to(PROB_DTYPE), dim=-1)
 
 
 def draft_distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:

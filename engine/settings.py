@@ -15,6 +15,7 @@ MAX_NEW_TOKENS = 8192
 class Settings:
     temperature: float = 0.0
     top_p: float = 1.0
+    top_k: int = 0  # 0 = off; else keep the k most likely tokens (transformers' TopKLogitsWarper)
     max_new_tokens: int = 64
     seed: int = 0
     ignore_eos: bool = False
@@ -31,6 +32,9 @@ class Settings:
             raise UserError(f"temperature {t} is too large (at most {MAX_TEMPERATURE})")
         if not isinstance(p, (int, float)) or isinstance(p, bool) or not math.isfinite(p) or not 0 < p <= 1:
             raise UserError(f"top-p must be in (0, 1] (got {p!r})")
+        k = self.top_k
+        if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+            raise UserError(f"top-k must be 0 (off) or a positive integer (got {k!r})")
         if not isinstance(self.max_new_tokens, int) or isinstance(self.max_new_tokens, bool):
             raise UserError(f"max new tokens must be an integer (got {self.max_new_tokens!r})")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:

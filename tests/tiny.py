@@ -14,6 +14,7 @@ from engine.models import load_pair
 
 EOS = "<eos>"
 PROSE_CHARS = "abcdefghijklmnopqrstuvwxyz .,"
+WINDOW = 16  # sliding window of the tiny mistral / gemma pairs: tests run past 3x this
 
 
 def make_tokenizer(chars: str) -> PreTrainedTokenizerFast:
@@ -31,7 +32,34 @@ FAMILIES = {
     "qwen2": dict(model_type="qwen2", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
     "gpt2": dict(model_type="gpt2", n_embd=48, n_layer=2, n_head=4, n_positions=256),
+    "phi3": dict(model_type="phi3", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
+    "gpt_neox": dict(model_type="gpt_neox", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                     num_attention_heads=4, max_position_embeddings=256),
+    # sliding-window families: every layer sliding (mistral) or sliding and full layers mixed (gemma)
+    "mistral": dict(model_type="mistral", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                    sliding_window=WINDOW),
+    "gemma3": dict(model_type="gemma3_text", hidden_size=48, intermediate_size=96, num_hidden_layers=3,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=12, query_pre_attn_scalar=12,
+                   max_position_embeddings=256, sliding_window=WINDOW,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"], tie_word_embeddings=False),
+    "gemma2": dict(model_type="gemma2", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=12, query_pre_attn_scalar=12,
+                   max_position_embeddings=256, sliding_window=WINDOW,
+                   layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=False),
 }
+MATRIX = ("llama", "qwen2", "gpt2", "mistral", "gemma3", "phi3", "gpt_neox")
+# families whose attention cannot do exact tree decoding: load_pair must refuse them, with the reason
+REFUSED = {
+    "bloom": (dict(model_type="bloom", hidden_size=48, n_layer=2, n_head=4), "cannot run a forward with a custom 4-D"),
+    "mpt": (dict(model_type="mpt", d_model=48, n_layers=2, n_heads=4), "ignores custom 4-D attention masks"),
+    "rwkv": (dict(model_type="rwkv", hidden_size=48, num_hidden_layers=2, attention_hidden_size=48,
+                  context_length=256), "ignores custom 4-D attention masks"),
+    "mamba": (dict(model_type="mamba", hidden_size=48, num_hidden_layers=2, state_size=4),
+              "supports full and sliding-window attention only"),
+}
+FAMILIES.update({name: spec for name, (spec, _) in REFUSED.items()})
 
 
 def make_model(family: str, vocab_size: int, seed: int, init_scale: float = 0.4, **overrides):

@@ -70,7 +70,7 @@ class CheckConfig:
     samples: int | None = None                # per (method, setting); None = auto from the timing
     sample_budget_seconds: float = 150.0      # what "auto" aims the sampling part at
     prefixes: int = 2
-    sampling_settings: tuple = SAMPLING_SETTINGS  # (temperature, top_p) pairs
+    sampling_settings: tuple = SAMPLING_SETTINGS  # (temperature, top_p) or (temperature, top_p, top_k)
     alpha: float = ALPHA
     kv_steps: int = 4
     seed: int = 0
@@ -96,8 +96,11 @@ class CheckConfig:
             raise UserError(f"unknown section(s) {bad or '(none given)'}: use {', '.join(SECTIONS)}")
         if not self.methods:
             raise UserError("no methods to check")
-        for t, p in self.sampling_settings:
-            Settings(temperature=t, top_p=p)  # same validation as decoding
+        for setting in self.sampling_settings:
+            if len(setting) not in (2, 3):
+                raise UserError(f"a sampling setting is (temperature, top_p[, top_k]); got {setting!r}")
+            t, p, k = sampling_triple(setting)
+            Settings(temperature=t, top_p=p, top_k=k)  # same validation as decoding
             if t == 0:
                 raise UserError("sampling settings need a temperature > 0 (greedy is its own section)")
         self.resolved_methods()
@@ -114,6 +117,12 @@ class CheckConfig:
         out["methods"] = [m.name for m in self.resolved_methods()]
         out["sampling_settings"] = [list(s) for s in self.sampling_settings]
         return out
+
+
+def sampling_triple(setting) -> tuple[float, float, int]:
+    """(temperature, top_p) or (temperature, top_p, top_k) -> (temperature, top_p, top_k); top_k 0 = off."""
+    t, p, *rest = setting
+    return t, p, int(rest[0]) if rest else 0
 
 
 def prompt_ids(pair: ModelPair, config: CheckConfig) -> list[list[int]]:

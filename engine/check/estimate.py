@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 
-from transformers import DynamicCache
 
 from engine import attention
 from engine.check.config import MAX_AUTO_SAMPLES, MIN_AUTO_SAMPLES, CheckConfig, prompt_ids
@@ -37,7 +36,7 @@ def estimate_for_prompts(pair: ModelPair, config: CheckConfig, prompts: list[lis
     target_rate = (t1 - t0) / max(1, len(ids) - 1)
     draft_rate = 0.0
     if drafting and len(ids) > 1:
-        cache = DynamicCache(config=pair.draft.config)
+        cache = attention.new_cache(pair.draft)
         attention.forward_causal(pair.draft, cache, ids[:-1])
         state.draft, state.draft_len = cache, len(ids) - 1
         draft_rate = (now() - t1) / max(1, len(ids) - 1)

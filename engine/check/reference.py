@@ -1,31 +1,40 @@
 """What the target itself does, computed with plain transformers (no tree mask, no engine code), so that
 the check does not trust the code it checks: greedy generate(), plain forwards, and the sampling
-distribution after transformers' own temperature and top-p warpers."""
+distribution after transformers' own temperature, top-k and top-p warpers, in generate()'s order."""
 from __future__ import annotations
 
 import torch
 from transformers import GenerationConfig
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from engine.models import ModelPair
 
 
-def reference_distribution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """The distribution transformers' sampling draws from: temperature then top-p warpers on the
-    float32 logits, softmax in float64. Written here, not taken from engine.sampling, so that the
+def reference_distribution(logits: torch.Tensor, temperature: float, top_p: float, top_k: int = 0) -> torch.Tensor:
+    """The distribution transformers' generate(do_sample=True) draws from: temperature, top-k (0 = off),
+    then top-p warpers on the float32 logits (generate()'s order), softmax in float64. Written here, not taken from engine.sampling, so that the
     check does not trust the code it checks."""
     scores = logits.float()[None]
     scores = TemperatureLogitsWarper(float(temperature))(None, scores)
+    if top_k:
+        scores = TopKLogitsWarper(int(top_k))(None, scores)
     if top_p < 1.0:
         scores = TopPLogitsWarper(float(top_p))(None, scores)
     return torch.softmax(scores[0].double(), dim=-1)
 
 
-def near_nucleus(token: int, logits: torch.Tensor, temperature: float, top_p: float, tolerance: float) -> bool:
+def near_nucleus(token: int, logits: torch.Tensor, temperature: float, top_p: float, tolerance: float,
+                 top_k: int = 0) -> bool:
     """A token outside the reference top-p nucleus only because of rounding: the tempered mass of the
-    tokens strictly more likely than it is within `tolerance` of top_p."""
+    tokens strictly more likely than it is within `tolerance` of top_p. Never a token top-k cut (k or
+    more tokens strictly more likely): that one is impossible outright."""
     if top_p >= 1.0:
         return False
+    if top_k and int((logits > logits[token]).sum()) >= top_k:
+        return False
+    if top_k:  # the nucleus is taken among the top-k tokens, renormalised
+        kth = torch.topk(logits.float(), min(int(top_k), logits.numel())).values[-1]
+        logits = logits.masked_fill(logits.float() < kth, float("-inf"))
     tempered = torch.softmax(logits.double() / temperature, -1)
     above = float(tempered[tempered > tempered[token]].sum())
     return above <= top_p + tolerance

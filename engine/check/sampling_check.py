@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from engine.check.config import MAX_CONTINUATIONS, MIN_EXPECTED, NUCLEUS_TOLERANCE
+from engine.check.config import MAX_CONTINUATIONS, MIN_EXPECTED, NUCLEUS_TOLERANCE, sampling_triple
 from engine.check.context import CheckContext, split_evenly
 from engine.check.reference import near_nucleus, prefix_and_continuations, reference_distribution
 from engine.check.stats import ChiSquare, sample_test
@@ -30,9 +30,9 @@ def run_sampling(ctx: CheckContext, prompts: list[list[int]]) -> None:
         ctx.check_stop()
         state = Prefilled(pair, prefix, with_draft=bool(drafting))
         ctx.advance(ctx.estimate.timings["prefix_seconds"], f"sampling: prefix {pi + 1} ({where}) ready", True)
-        for si, (temperature, top_p) in enumerate(cfg.sampling_settings):
-            settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=2, ignore_eos=True,
-                                seed=cfg.seed)
+        for si, (temperature, top_p, top_k) in enumerate(map(sampling_triple, cfg.sampling_settings)):
+            settings = Settings(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=2,
+                                ignore_eos=True, seed=cfg.seed)
             for mi, method in enumerate(ctx.methods):
                 g = seeded_generator(pair, cfg.seed * 1_000_003 + pi * 10_007 + si * 101 + mi)
                 for k in range(per_prefix[pi]):
@@ -60,8 +60,8 @@ def _choose_prefixes(ctx: CheckContext, prompts, n) -> list[tuple[list[int], str
             if len(ids) + j + 2 >= ctx.pair.context_limit:
                 break
             score = 0
-            for t, p in ctx.config.sampling_settings:
-                probs = reference_distribution(ref_logits[j], t, p)
+            for t, p, k in map(sampling_triple, ctx.config.sampling_settings):
+                probs = reference_distribution(ref_logits[j], t, p, k)
                 score += int((probs * per_prefix >= MIN_EXPECTED).sum())
             probs = reference_distribution(ref_logits[j], 1.0, 1.0)
             entropy = float(-(probs * probs.clamp_min(1e-300).log()).sum())
@@ -94,8 +94,8 @@ def _sampling_tests(ctx: CheckContext, prefixes, samples) -> None:
         first_logits.append(first)
         next_logits.append(nxt)
         ctx.advance(ctx.estimate.timings["prefix_seconds"], f"sampling: exact distributions for prefix {pi + 1}")
-    for si, (temperature, top_p) in enumerate(cfg.sampling_settings):
-        setting = f"T={temperature:g}" + (f" top-p={top_p:g}" if top_p < 1 else "")
+    for si, (temperature, top_p, top_k) in enumerate(map(sampling_triple, cfg.sampling_settings)):
+        setting = f"T={temperature:g}" + (f" top-k={top_k}" if top_k else "") + (f" top-p={top_p:g}" if top_p < 1 else "")
         for mi, method in enumerate(ctx.methods):
             rows = samples.get((si, method.name), [])
             if not rows:
@@ -104,12 +104,12 @@ def _sampling_tests(ctx: CheckContext, prefixes, samples) -> None:
             groups_first, groups_second = [], []
             for pi in range(len(prefixes)):
                 logits = first_logits[pi]
-                probs = reference_distribution(logits, temperature, top_p)
+                probs = reference_distribution(logits, temperature, top_p, top_k)
                 counts = collections.Counter()
                 for p, a, acc, b in rows:
                     if p != pi:
                         continue
-                    if probs[a] <= 0 and near_nucleus(a, logits, temperature, top_p, nucleus_tol):
+                    if probs[a] <= 0 and near_nucleus(a, logits, temperature, top_p, nucleus_tol, top_k):
                         boundary += 1
                         continue
                     counts[a] += 1
@@ -120,29 +120,29 @@ def _sampling_tests(ctx: CheckContext, prefixes, samples) -> None:
                         by_token[a][b] += 1
                 for a, counts_b in by_token.items():
                     logits_b = next_logits[pi][a]
-                    probs_b = reference_distribution(logits_b, temperature, top_p)
+                    probs_b = reference_distribution(logits_b, temperature, top_p, top_k)
                     for b in [b for b in counts_b if probs_b[b] <= 0]:
-                        if near_nucleus(b, logits_b, temperature, top_p, nucleus_tol):
+                        if near_nucleus(b, logits_b, temperature, top_p, nucleus_tol, top_k):
                             boundary_second += counts_b.pop(b)
                     groups_second.append((counts_b, probs_b.numpy()))
             rng = np.random.default_rng([cfg.seed, si, mi])
             accepted = sum(1 for r in rows if r[2])
             _add_test(ctx, f"{method.name} {setting} next token", sample_test(groups_first, rng, cfg.alpha),
-                      method.name, temperature, top_p, "next token", len(rows), accepted, boundary)
+                      method.name, temperature, top_p, "next token", len(rows), accepted, boundary, top_k)
             if method.uses_draft:
                 with_second = sum(1 for r in rows if r[3] is not None)
                 _add_test(ctx, f"{method.name} {setting} after an accepted draft token",
                           sample_test(groups_second, rng, cfg.alpha), method.name, temperature, top_p,
-                          "after accepted draft token", with_second, accepted, boundary_second)
+                          "after accepted draft token", with_second, accepted, boundary_second, top_k)
 
 
 def _add_test(ctx: CheckContext, name, result: ChiSquare, method, temperature, top_p, position, drawn,
-              accepted, boundary):
+              accepted, boundary, top_k=0):
     alpha = ctx.config.alpha
     stats = result.to_dict()
     if not math.isfinite(stats["statistic"]):
         stats["statistic"] = None  # keep to_dict() strict JSON
-    details = {"method": method, "temperature": temperature, "top_p": top_p, "position": position,
+    details = {"method": method, "temperature": temperature, "top_p": top_p, "top_k": top_k, "position": position,
                "samples_drawn": drawn, "first_token_accepted": accepted, "alpha": alpha,
                "nucleus_boundary_samples": boundary, **stats}
     if result.impossible:

@@ -6,7 +6,6 @@ import copy
 import time
 
 import torch
-from transformers import DynamicCache
 
 from engine import attention
 from engine.decoding import Decoder
@@ -38,8 +37,8 @@ class Prefilled:
 
     def __init__(self, pair: ModelPair, prefix: list[int], with_draft: bool):
         self.pair, self.prefix = pair, list(prefix)
-        self.target = DynamicCache(config=pair.target.config)
-        self.draft = DynamicCache(config=pair.draft.config)
+        self.target = attention.new_cache(pair.target)
+        self.draft = attention.new_cache(pair.draft)
         self.draft_len = 0
         if len(prefix) > 1:
             attention.forward_causal(pair.target, self.target, self.prefix[:-1])

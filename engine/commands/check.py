@@ -37,6 +37,9 @@ def register(sub) -> None:
     p.add_argument("--sections", default=",".join(check.SECTIONS),
                    help=f"comma-separated parts to run, from {','.join(check.SECTIONS)}")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top-k", type=int, default=0,
+                   help="also apply top-k (after temperature, before top-p, as generate() does) in every sampling "
+                        "setting, in decoding and in the reference; 0 = off")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap prompts in the tokenizer's chat template (default: on when it has one)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -50,6 +53,8 @@ def config_from_args(args) -> check.CheckConfig:
                                sections=sections, greedy_tokens=args.greedy_tokens, samples=args.samples,
                                sample_budget_seconds=args.sample_budget, prefixes=args.prefixes, alpha=args.alpha,
                                seed=args.seed)
+    if getattr(args, "top_k", 0):
+        config.sampling_settings = tuple((t, p, args.top_k) for t, p in config.sampling_settings)
     config.validate()
     return config
 

@@ -30,11 +30,15 @@ def add_kernel_arg(group) -> None:
     group.add_argument("--cpu-kernels", choices=["fast", "default"], default="fast",
                        help="on a CPU: fast = linears packed once (target float16 weights with float32 maths, "
                             "row-independent; draft int8), default = PyTorch's float32 path (engine/cpu_kernels.py)")
+    group.add_argument("--draft-head-tokens", type=int, default=None, metavar="K",
+                       help="fast kernels: the draft's output head scores only the K most frequent tokens "
+                            "(FR-Spec; exact, q = 0 elsewhere); 0 = full head; default: the shipped K")
 
 
 def add_sampling_args(parser: argparse.ArgumentParser, max_new_tokens: int = 64) -> None:
     g = parser.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (transformers' top_k, applied after temperature, before top-p); 0 = off")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     g.add_argument("--seed", type=int, default=0)
@@ -44,7 +48,8 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_new_tokens: int = 64)
 
 
 def settings_from_args(args) -> Settings:
-    return Settings(temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+    return Settings(temperature=args.temperature, top_p=args.top_p, top_k=getattr(args, "top_k", 0),
+                    max_new_tokens=args.max_new_tokens,
                     seed=args.seed, ignore_eos=getattr(args, "ignore_eos", False))
 
 
@@ -52,7 +57,8 @@ def pair_from_args(args):
     return load_pair(args.draft, args.target, device=args.device, dtype=args.dtype,
                      target_device_map=args.target_device_map, draft_device_map=args.draft_device_map,
                      max_memory=args.max_memory, offload_folder=args.offload_folder,
-                     cpu_kernels=getattr(args, "cpu_kernels", None))
+                     cpu_kernels=getattr(args, "cpu_kernels", None),
+                     draft_head_tokens=getattr(args, "draft_head_tokens", None))
 
 
 def read_prompts(path: str | None) -> list[str]:

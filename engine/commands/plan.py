@@ -44,6 +44,7 @@ def add_plan_pair_args(g) -> None:
     g.add_argument("--offload-folder", default=None)
     add_kernel_arg(g)
     g.add_argument("--temperature", type=float, default=None, help="use the pair's vector measured at this temperature")
+    g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (transformers' top_k, applied after temperature, before top-p); 0 = off")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--prompts", default=None, help="prompts file for measuring the vector if not cached")
     g.add_argument("--auto", action="store_true",
@@ -132,7 +133,8 @@ def plan_with_pair(args):
     from engine.planning import auto_plan, dp_plan
     from engine.settings import Settings
 
-    settings = Settings(temperature=0.0 if args.temperature is None else args.temperature, top_p=args.top_p)
+    settings = Settings(temperature=0.0 if args.temperature is None else args.temperature, top_p=args.top_p,
+                        top_k=args.top_k)
     prompts = read_prompts(args.prompts) if args.prompts else None
     if not args.auto:
         _budget_depth(args)
@@ -149,7 +151,7 @@ def run_with_pair(args) -> int:
     plan, pair = plan_with_pair(args)
     result = plan.summary()
     result.update(max_depth=args.depth, temperature=0.0 if args.temperature is None else args.temperature,
-                  top_p=args.top_p)
+                  top_p=args.top_p, top_k=args.top_k)
     if plan.choice is not None:
         result.update(budget=plan.choice.n, max_depth=plan.choice.d,
                       predicted_tokens_per_step=plan.choice.predicted_tokens_per_step,
@@ -160,7 +162,7 @@ def run_with_pair(args) -> int:
         print_json(result)
         return 0
     acc = plan.acceptance
-    print(f"acceptance ({acc.sampler}, T={acc.temperature}, top-p={acc.top_p}, {acc.positions} positions, "
+    print(f"acceptance ({acc.sampler}, T={acc.temperature}, top-k={acc.top_k}, top-p={acc.top_p}, {acc.positions} positions, "
           f"{acc.source}): {', '.join(f'{a:.3f}' for a in acc.probabilities[:8])}{' ...' if len(acc.probabilities) > 8 else ''}")
     if plan.choice is not None:
         c = plan.choice
