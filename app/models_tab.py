@@ -65,7 +65,28 @@ def pair_markdown(info: dict | None, loading: bool = False) -> str:
         where = info.get(f"{role}_device_map")
         if where:
             text += f"\n\n{role.capitalize()} placed by its device map — {_placement_text(where)}"
+    rec = info.get("generation_defaults")
+    if rec:
+        text += f"\n\nThe target's generation config recommends: {recommended_text(rec)}"
+    if info.get("eos_ids") is not None:
+        text += f" · stops on EOS ids {', '.join(map(str, info['eos_ids'])) or 'none'}"
     return text
+
+
+def recommended_text(rec: dict) -> str:
+    mode = "sampling" if rec.get("do_sample") else "greedy decoding (do_sample off)"
+    unset = [k for k in ("temperature", "top_k", "top_p") if k not in rec.get("set_by_checkpoint", [])]
+    note = f" ({', '.join(unset)}: transformers' defaults)" if unset else ""
+    return (f"**{mode}**, temperature **{rec['temperature']:g}**, top-k **{rec['top_k']}**, "
+            f"top-p **{rec['top_p']:g}**{note}")
+
+
+def recommended_values(rec: dict | None) -> tuple[float, int, float]:
+    """(temperature, top_k, top_p) for the Live and Race controls: greedy when the checkpoint does not sample."""
+    if not rec:
+        raise UserError("no pair is loaded: load one first")
+    temperature = min(max(float(rec["temperature"]), 0.0), 2.0) if rec.get("do_sample") else 0.0
+    return temperature, min(max(int(rec["top_k"]), 0), 200), min(max(float(rec["top_p"]), 0.05), 1.0)
 
 
 def memory_markdown(mem: dict) -> str:
@@ -146,7 +167,7 @@ def device_map_choice(value: str | None, trusted: str | None = None) -> str | No
 
 
 # ---------------------------------------------------------------- the tab
-def build(ctx: AppContext, defaults: dict) -> dict:
+def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None = None) -> dict:
     gr.Markdown("Load any draft/target pair that shares one tokenizer: a Hugging Face id (from the local cache, or "
                 "downloaded when the hub is reachable), a local folder, or `default` (the embedded Qwen2.5-Coder "
                 "0.5B → 1.5B pair). The loaded pair stays in use until the new one has passed its checks.",
@@ -191,6 +212,9 @@ def build(ctx: AppContext, defaults: dict) -> dict:
     status = gr.Markdown("", elem_id="sq-load-status")
     info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.loading), elem_id="sq-pair-info")
     memory = gr.Markdown(memory_markdown(ctx.worker.memory()), elem_id="sq-memory")
+    use_recommended = gr.Button("Use the target's recommended sampling in Live and Race", size="sm",
+                                elem_id="sq-use-recommended")
+    recommended_status = gr.Markdown("", elem_id="sq-recommended-status")
     pair_json = gr.JSON(label="Pair (raw)", visible=False)
 
     with gr.Group(elem_id="sq-check-box"):
@@ -305,6 +329,26 @@ def build(ctx: AppContext, defaults: dict) -> dict:
             job.stop()
             return "■ stopping the check after the current step…"
         return "No check is running in this tab."
+
+    controls = [c[k] for c in (sampling_controls or []) for k in ("temperature", "top_k", "top_p") if k in c]
+
+    def take_recommended():
+        """The target's generation-config sampling into every Live/Race temperature, top-k, top-p control."""
+        info = ctx.worker.describe()
+        try:
+            values = recommended_values((info or {}).get("generation_defaults"))
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+        t, k, p = values
+        note = (f"Live and Race now use temperature {t:g}, top-k {k}, top-p {p:g}"
+                + (" (greedy: the checkpoint does not sample)" if t == 0 else "") + ".")
+        per_control = {"temperature": t, "top_k": k, "top_p": p}
+        updates = [per_control[key] for c in (sampling_controls or []) for key in ("temperature", "top_k", "top_p")
+                   if key in c]
+        return [note, *updates]
+
+    use_recommended.click(take_recommended, None, [recommended_status, *controls], api_name="use_recommended_sampling",
+                          show_progress="hidden", **LIGHT)
 
     load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels]
     # the pair's dict stays the last output (scripts read loaded[-1])

@@ -82,6 +82,7 @@ def build(ctx: AppContext) -> dict:
                 depth = gr.Slider(1, ctx.max_depth, value=ctx.default_depth, step=1, label="Depth d")
             with gr.Row():
                 temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
+                top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off; applied after temperature, before top-p)")
                 top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens")
@@ -100,7 +101,8 @@ def build(ctx: AppContext) -> dict:
     with gr.Accordion("Raw data (what the API returns)", open=False):
         race_json = gr.JSON(label="Race")
 
-    def race(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v, seed_v, request: gr.Request):
+    def race(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v,
+             request: gr.Request):
         sess = ctx.sessions.get(request)
         try:
             if not isinstance(prompt_v, str) or not prompt_v.strip():
@@ -110,7 +112,7 @@ def build(ctx: AppContext) -> dict:
             unknown = [m for m in methods_v if m not in RACE_LABELS]
             if unknown:
                 raise UserError(f"unknown race method(s) {unknown} (use {', '.join(RACE_LABELS)})")
-            settings = settings_from(temp_v, top_p_v, max_new_v, seed_v)
+            settings = settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
             specs = []
             for m in [v for _, v in RACE_CHOICES if v in methods_v]:
                 if m == "sequoia-auto":
@@ -175,11 +177,11 @@ def build(ctx: AppContext) -> dict:
             return "■ stopping after the current step…"
         return "Nothing is running in this tab."
 
-    inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed]
+    inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
                 show_progress="minimal", show_progress_on=[status], **MODEL)
     stop.click(stop_race, None, status, api_name="stop_race", show_progress="hidden", **LIGHT)
-    return {}
+    return {"temperature": temperature, "top_k": top_k, "top_p": top_p}
 
 
 def _summary(order, lanes, greedy: bool) -> dict:

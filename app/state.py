@@ -158,9 +158,10 @@ def _float(value, name: str) -> float:
         raise UserError(f"{name} must be a number (got {value!r})") from None
 
 
-def settings_from(temperature, top_p, max_new_tokens=64, seed=0) -> Settings:
+def settings_from(temperature, top_p, max_new_tokens=64, seed=0, top_k=0) -> Settings:
     return Settings(temperature=_float(temperature, "temperature"), top_p=_float(top_p, "top-p"),
-                    max_new_tokens=_int(max_new_tokens, "max new tokens"), seed=_int(seed, "seed"))
+                    max_new_tokens=_int(max_new_tokens, "max new tokens"), seed=_int(seed, "seed"),
+                    top_k=0 if top_k is None else _int(top_k, "top-k"))
 
 
 def spec_from(method: str, budget, depth, hardware_aware: bool = False, session: Session | None = None) -> MethodSpec:

@@ -187,7 +187,7 @@ def test_top_k_test_fails_for_a_verifier_that_ignores_top_k(topk_pair, monkeypat
     settings = Settings(temperature=1.0, top_k=TOP_K, max_new_tokens=2, ignore_eos=True, seed=11)
     samples = two_token_samples(topk_pair, ids, DIST_METHODS["sequoia"], settings, DRAWS)
     impossible = sum(1 for s in samples if exact.get(tuple(s), 0.0) == 0.0)  # outside the top-k
-    assert impossible > 0.005 * DRAWS
+    assert impossible > 0  # exact decoding never samples one (chi_square_pvalue refuses them outright)
 
 
 def test_top_k_settings_are_validated():
