@@ -54,6 +54,7 @@ class Run:
         self.settings = settings
         self.events: list[StepEvent] = []
         self.plan = None
+        self.learning = None  # the last Note('learning') state: prior, observed, posterior per rank
 
     @property
     def greedy(self) -> bool:
@@ -94,7 +95,11 @@ class Run:
         vec = self.plan.acceptance if self.plan else None
         observed = plots.observed_acceptance(self.steps)
         planned = vec.probabilities if vec is not None else None
-        name = "planned (measured vector)" if (self.plan and self.plan.exact) else "nearest measured vector"
+        name = "planned (measured vector)" if (self.plan and self.plan.exact) else "planned (not measured here)"
+        if self.learning is not None:  # learning on: prior (what the run started from), observed, posterior
+            return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
+                                           planned_name="prior (run start)", posterior=self.learning["posterior"],
+                                           title="Acceptance by rank: prior, observed, posterior (learning)")
         return plots.acceptance_figure(planned, observed, ci=vec.ci95 if vec is not None else None,
                                        planned_name=name, title="Acceptance by rank: planned vs observed")
 
@@ -136,7 +141,11 @@ def build(ctx: AppContext, header: dict) -> dict:
                               label="Depth d (levels, root included)", elem_id="sq-depth")
             temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
                                     elem_id="sq-temperature")
+            top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off; applied after temperature, before top-p)",
+                              elem_id="sq-top-k")
             top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id="sq-top-p")
+            learn = gr.Checkbox(value=True, label="Learn acceptance while it runs (re-plans between steps; "
+                                                  "exact either way)", elem_id="sq-learn")
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens", elem_id="sq-max-new",
                                     min_width=100)
@@ -164,19 +173,19 @@ def build(ctx: AppContext, header: dict) -> dict:
             plan_json = gr.JSON(label="Plan", elem_id="sq-plan-json")
 
     plan_md = header["plan"]
-    plan_inputs = [method, budget, depth, hardware, temperature, top_p]
+    plan_inputs = [method, budget, depth, hardware, temperature, top_p, top_k]
 
     # ------------------------------------------------------------ handlers
-    def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+    def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request: gr.Request):
         """Re-plan from caches at once; measure (with progress) only when nothing is measured."""
         sess = ctx.sessions.get(request)
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
-            settings = settings_from(temp_v, top_p_v)
+            settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
         try:
-            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True)
+            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True))
         except NeedsMeasurement as need:
             yield {status: f"… {need} — measuring now (the plan follows)…"}
             job = sess.aux = ctx.worker.plan(spec, settings)
@@ -196,7 +205,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: f"! {exc}"}
             raise gr.Error(str(exc)) from None
         sess.plan = result
-        sess.publish(spec.kind, result.tree)
+        sess.publish(spec.kind, result)  # a PlanResult: the running job's learning re-plans its spec
         running = sess.running
         follows = running and sess.run_info.get("kind") == spec.kind
         if follows:
@@ -211,13 +220,13 @@ def build(ctx: AppContext, header: dict) -> dict:
             out[tree] = plots.plan_figure(result.tree, vec)
         yield out
 
-    def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+    def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
         """On page load: draw the plan if caches allow; never starts a measurement."""
         sess = ctx.sessions.get(request)
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
-            settings = settings_from(temp_v, top_p_v)
-            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True)
+            settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
+            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True))
         except NeedsMeasurement as need:
             return {status: f"{need}. **Generate** measures it first (progress shown here), or use "
                             "**Measure** in the Planner tab.",
@@ -234,17 +243,18 @@ def build(ctx: AppContext, header: dict) -> dict:
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
                 tree: plots.plan_figure(result.tree, vec)}
 
-    def generate(prompt_v, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, max_new_v, seed_v,
-                 request: gr.Request):
+    def generate(prompt_v, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v,
+                 learn_v=True, request: gr.Request = None):
         sess = ctx.sessions.get(request)
         try:
             if not isinstance(prompt_v, str) or not prompt_v.strip():
                 raise UserError("the prompt is empty: type something or pick an example")
-            settings = settings_from(temp_v, top_p_v, max_new_v, seed_v)
+            settings = settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             if sess.running:
                 raise UserError("a run is already going in this tab: press Stop first")
-            job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind))
+            sess.learn = learn_v is not False
+            job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind), learn=sess.learn)
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
         sess.job = job
@@ -265,6 +275,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                     sess.plan = item.data
                     yield {plan_md: render.plan_line(item.data, True), plan_json: item.data.summary(),
                            status: f"● running **{item.data.method.label}**…"}
+                elif isinstance(item, Note) and item.kind == "learning":
+                    run.learning = item.data
                 elif isinstance(item, StepEvent):
                     run.events.append(item)
                     out = {step_json: run.data(item), status: _run_status(item, run)}
@@ -323,7 +335,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         return gr.skip()
 
     plan_outputs = [plan_md, tree, status, plan_json]
-    for slider in (budget, depth, temperature, top_p):
+    for slider in (budget, depth, temperature, top_p, top_k):
         slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}",
                        show_progress="hidden", trigger_mode="always_last", **LIGHT)
     method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
@@ -334,7 +346,7 @@ def build(ctx: AppContext, header: dict) -> dict:
     plan_btn = gr.Button("Re-plan", visible=False, elem_id="sq-replan")
     plan_btn.click(replan, plan_inputs, plan_outputs, api_name="plan", show_progress="hidden", **LIGHT)
 
-    gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed]
+    gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
     go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
              show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
@@ -344,8 +356,15 @@ def build(ctx: AppContext, header: dict) -> dict:
                  trigger_mode="always_last", **LIGHT)
     example.change(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT)
 
+    def set_learn(learn_v, request: gr.Request):
+        """The switch also decides whether slider re-plans use the learned vector."""
+        ctx.sessions.get(request).learn = learn_v is not False
+
+    learn.change(set_learn, learn, None, api_name="set_learn", show_progress="hidden", **LIGHT)
+
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
-            "temperature": temperature, "top_p": top_p, "max_new": max_new, "seed": seed, "tree": tree,
+            "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new": max_new, "seed": seed, "tree": tree,
+            "learn": learn,
             "status": status, "plan_json": plan_json, "plan_md": plan_md, "first_plan": (first_plan, plan_inputs, plan_outputs)}
 
 

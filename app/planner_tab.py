@@ -14,7 +14,8 @@ from app import plots, render
 from app.live import LIGHT, MODEL, failure_message, progress_text
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
-from engine import planner
+from engine import interpolation
+from engine import planning
 from engine.errors import UserError
 from engine.jobs import Progress
 from engine.planning import NeedsMeasurement, table_for
@@ -134,6 +135,18 @@ def build(ctx: AppContext, live: dict) -> dict:
             result = None
             out[info] = f"{need}."
         plan_vec = result.acceptance if result is not None else None
+        if vec is None and plan_vec is not None:  # interpolated (or nearest), said so
+            out[acc_chart] = plots.acceptance_figure(plan_vec.probabilities, ci=plan_vec.ci95, height=280,
+                                                     planned_name="not measured here: " + (
+                                                         "interpolated" if interpolation.is_interpolated(
+                                                             result.base_acceptance) else "nearest"),
+                                                     title=f"Acceptance at T={T:g}, top-p={top_p:g} (NOT measured)")
+            out[acc_caption] = result.acceptance_note
+        if result is not None and plan_vec is not None:
+            learned = result.learned or {}
+            out[acc_caption] = (out.get(acc_caption, "") + f" · **the current plan is backed by "
+                                f"{result.backing_positions} positions** ({learned.get('positions', 0)} of them "
+                                f"learned from {learned.get('runs', 0)} runs)")
         if plan_vec is not None:
             table = table_for(plan_vec.probabilities, ctx.max_budget, ctx.max_depth)
             mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
@@ -142,20 +155,22 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[heat] = plots.empty_figure("G(n, d) needs an acceptance vector", 300)
         # ---- device profile and predicted speedup
         if prof is not None:
-            out[prof_chart] = plots.profile_figure(prof)
+            seen = worker.observed_costs()
+            out[prof_chart] = plots.profile_figure(prof, observed=seen)
             t1 = prof.target_seconds.get(1)
             d1 = prof.draft_seconds.get(1)
             ratio = f"draft/target cost for one token: {d1 / t1:.2f}" if t1 and d1 else ""
             out[prof_caption] = (f"{ratio} · overhead {prof.overhead_seconds * 1e3:.1f} ms/step · "
                                  f"{prof.device}, {prof.dtype}, measured {prof.measured_at} · "
-                                 f"`{render.short_path(prof.source)}`")
+                                 f"`{render.short_path(prof.source)}`" + render.profile_quality(prof, seen))
         else:
             out[prof_chart] = plots.empty_figure("No device profile yet: press “Profile this device”", 280)
             out[prof_caption] = "Not profiled yet on this device and dtype."
         if prof is not None and plan_vec is not None:
-            table = table_for(plan_vec.probabilities, ctx.max_budget, ctx.max_depth)
-            choice = planner.choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
-                                          budgets=range(1, ctx.max_budget + 1), depths=range(1, ctx.max_depth + 1))
+            # the profile the plan used: observed step costs blended in, sampling maths at T > 0
+            used = result.profile if result is not None and result.profile is not None else prof
+            choice = planning.hardware_aware(plan_vec.probabilities, used, ctx.max_budget, ctx.max_depth,
+                                             not settings.greedy)
             mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
             out[speed] = plots.speedup_figure(choice.grid, mark)
         else:

@@ -11,6 +11,8 @@ import math
 import networkx as nx
 import plotly.graph_objects as go
 
+from engine import learning
+
 STATUS_COLORS = {
     "root": "#64748b",       # slate: the last committed token
     "accepted": "#16a34a",   # green: drafted and accepted by the target
@@ -26,6 +28,7 @@ STATUS_LABELS = {
     "bonus": "bonus (from the target)",
 }
 PLANNED = "#6366f1"          # indigo: predictions, planned vectors, the planned tree
+POSTERIOR = "#f59e0b"        # amber: the learned posterior acceptance vector
 EDGE = "rgba(148,163,184,0.55)"
 FONT = "#64748b"             # slate-500: readable on light and dark backgrounds
 GRID = "rgba(148,163,184,0.25)"
@@ -270,30 +273,16 @@ def observed_acceptance(events, max_rank: int = 16) -> list[tuple[int, int]]:
     """Per rank k: (times rank k was the accepted child, visited nodes with at least k children).
     Rank k's outcome at a node does not depend on later siblings, so hits/trials estimates the
     planner's P(rank k accepted) without bias."""
-    hits, trials = [0] * max_rank, [0] * max_rank
-    for ev in events:
-        if not ev.nodes:
-            continue
-        kids = [0] * len(ev.tree_parents)
-        for p in ev.tree_parents:
-            if p >= 0:
-                kids[p] += 1
-        has_bonus = any(n.status == "bonus" for n in ev.nodes)
-        path = list(ev.accepted_path)
-        for i, v in enumerate(path):
-            if i == len(path) - 1 and not has_bonus:
-                break  # an accepted EOS ended the walk: this node's children were never tested
-            accepted = ev.accepted_ranks[i] if i < len(ev.accepted_ranks) else None
-            for k in range(1, min(kids[v], max_rank) + 1):
-                trials[k - 1] += 1
-                if accepted == k:
-                    hits[k - 1] += 1
+    ev = learning.events_evidence(events)  # the same censored counts learning uses
+    hits = [int(x) for x in (ev.accepts + [0] * max_rank)[:max_rank]]
+    trials = [int(x) for x in (ev.trials + [0] * max_rank)[:max_rank]]
     return list(zip(hits, trials))
 
 
 def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = None, height: int = 260,
-                      planned_name: str = "planned (measured vector)") -> go.Figure:
-    """Bars per rank: the planned vector (indigo) beside what this run observed (green)."""
+                      planned_name: str = "planned (measured vector)", posterior=None) -> go.Figure:
+    """Bars per rank: the planned vector (indigo) beside what this run observed (green), and with
+    learning the posterior (amber) the next steps are planned from."""
     fig = go.Figure()
     ranks = 0
     if planned is not None:
@@ -312,6 +301,10 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
             x=xs, y=[h / n if n else None for h, n in obs], name="observed in this run",
             marker_color=STATUS_COLORS["accepted"], customdata=[[h, n] for h, n in obs],
             hovertemplate="rank %{x}: %{customdata[0]} of %{customdata[1]} = %{y:.3f}<extra>observed</extra>"))
+    if posterior is not None:
+        fig.add_trace(go.Bar(x=xs, y=list(posterior)[:ranks], name="posterior (plans the next steps)",
+                             marker_color=POSTERIOR,
+                             hovertemplate="rank %{x}: P = %{y:.3f}<extra>posterior</extra>"))
     fig.update_xaxes(title_text="rank among siblings", dtick=1, gridcolor=GRID)
     fig.update_yaxes(title_text="P(rank accepted)", rangemode="tozero", gridcolor=GRID)
     return _base_layout(fig, height, title, barmode="group", bargap=0.25,
@@ -338,8 +331,9 @@ def heatmap_figure(G, max_budget: int, max_depth: int, chosen: tuple[int, int] |
     return _base_layout(fig, height, "Expected tokens per step G(n, d) from the DP", showlegend=False)
 
 
-def profile_figure(profile, height: int = 280) -> go.Figure:
-    """t(n)/t(1): how much longer the target takes to verify n tokens than one."""
+def profile_figure(profile, height: int = 280, observed: dict | None = None) -> go.Figure:
+    """t(n)/t(1): how much longer the target takes to verify n tokens than one; with `observed`
+    (engine/observed.py summary), the verify times real runs measured, on the same scale."""
     fig = go.Figure()
     t = sorted(profile.target_seconds.items())
     base = t[0][1] if t and t[0][1] > 0 else 1.0
@@ -352,6 +346,14 @@ def profile_figure(profile, height: int = 280) -> go.Figure:
                              name="draft forward of w tokens / target t(1)",
                              line=dict(color=PLANNED, width=2, dash="dot"), customdata=[s * 1e3 for _, s in d],
                              hovertemplate="w=%{x}: %{y:.2f}× (%{customdata:.1f} ms)<extra>draft</extra>"))
+    seen = (observed or {}).get("target") or []
+    if seen:
+        fig.add_trace(go.Scatter(x=[r["n"] for r in seen], y=[r["observed_seconds"] / base for r in seen],
+                                 mode="markers", name="target, observed in runs",
+                                 marker=dict(color=STATUS_COLORS["root"], symbol="x", size=10),
+                                 customdata=[[r["observed_seconds"] * 1e3, r["samples"]] for r in seen],
+                                 hovertemplate="n=%{x}: %{y:.2f}× (%{customdata[0]:.1f} ms, median of "
+                                               "%{customdata[1]} steps)<extra>observed</extra>"))
     fig.update_xaxes(type="log", title_text="tokens in one forward", gridcolor=GRID)
     fig.update_yaxes(title_text="time relative to target t(1)", rangemode="tozero", gridcolor=GRID)
     return _base_layout(fig, height, "Device profile", legend=dict(orientation="h", y=-0.3))

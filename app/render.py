@@ -165,5 +165,28 @@ def plan_line(result, running: bool = False) -> str:
                 f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}</div>')
     elif result.acceptance_note:
         note = f'<div class="sq-note">{esc(result.acceptance_note)}</div>'
+    learned = getattr(result, "learned", None)
+    if learned is not None and result.acceptance is not None:
+        note += (f'<div class="sq-note">plan backed by {result.backing_positions} positions '
+                 f'({learned["positions"]} learned over {learned["runs"]} runs)</div>')
     tail = ' <span class="sq-note">(the running job uses it from its next step)</span>' if running else ""
     return f'<div class="sq-plan">Plan: {" · ".join(parts)}{tail}{note}</div>'
+
+
+def profile_quality(prof, seen: dict | None) -> str:
+    """How far to trust the profile: the load it saw, whether its repeats agreed, and what real
+    runs observed since (the planner blends those in: engine/observed.py)."""
+    q = getattr(prof, "quality", None) or {}
+    out = ""
+    if q:
+        load = q.get("load_average_before")
+        out += (f" · load {load[0]:.2f} when profiled" if load else "") + (
+            f" · **noisy** (repeats spread {q.get('worst_spread', 0) * 100:.0f} %)" if q.get("noisy")
+            else f" · repeats agree within {q.get('worst_spread', 0) * 100:.0f} %")
+    if seen and seen.get("steps"):
+        rows = ", ".join(f"t({r['n']}) {r['observed_seconds'] * 1e3:.0f} ms"
+                         + (f" vs {r['profiled_seconds'] * 1e3:.0f} profiled" if r.get("profiled_seconds") else "")
+                         for r in seen["target"][:6])
+        scale = ", ".join(f"{k} ×{v:.2f}" for k, v in (seen.get("draft_scale") or {}).items())
+        out += f" · **observed in {seen['steps']} steps:** {rows}" + (f"; draft cost vs profile {scale}" if scale else "")
+    return out

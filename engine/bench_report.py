@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-FAMILY_ORDER = ("ar", "chain", "specinfer", "sequoia", "sequoia-auto")
+FAMILY_ORDER = ("ar", "ar-default-kernels", "chain", "specinfer", "sequoia", "sequoia-auto")
 
 
 def _fmt(x, spec=".2f", none="-"):
@@ -90,7 +90,7 @@ def plot(report: dict, path: str | Path) -> Path:
 
     temps = sorted({r["temperature"] for r in report["results"]})
     fig, axes = plt.subplots(2, len(temps), figsize=(6.2 * len(temps), 8.5), squeeze=False)
-    style = {"ar": ("black", "s"), "chain": ("tab:blue", "o"), "specinfer": ("tab:orange", "^"),
+    style = {"ar": ("black", "s"), "ar-default-kernels": ("grey", "x"), "chain": ("tab:blue", "o"), "specinfer": ("tab:orange", "^"),
              "sequoia": ("tab:green", "D"), "sequoia-auto": ("tab:red", "*")}
     for j, t in enumerate(temps):
         rs = [r for r in report["results"] if r["temperature"] == t]

@@ -19,6 +19,7 @@ reading the weights. `fast` packs every linear once, at load time, keeping one c
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import warnings
 from dataclasses import dataclass
@@ -28,6 +29,11 @@ import torch
 
 
 KERNEL_CHOICES = ("fast", "default")
+FREQUENT_TOKENS = Path(__file__).resolve().parents[1] / "assets" / "measured" / "frequent-tokens"
+# Default K of the pruned draft head; 0 = the full head. Measured on the embedded pair
+# (bench/draft_head.py, README "Fast CPU path"): K = 32768 covers 96.3 % of the target's greedy
+# tokens, K = 49152 98.0 %; the acceptance lost roughly cancels the cheaper head, so it is opt-in.
+DRAFT_HEAD_TOKENS = 0
 
 
 def _fp16_exact(weight: torch.Tensor) -> bool:
@@ -82,13 +88,62 @@ class PackedLinear(torch.nn.Module):
         return f"in={self.in_features}, out={self.out_features}, kind={self.kind}"
 
 
+class PrunedHead(torch.nn.Module):
+    """The draft's output head over `keep` token ids only (FR-Spec): int8 rows for those ids,
+    every other logit -inf, so q is exactly zero there. Lossless (ALGORITHM.md §7): the draft
+    simply never proposes those tokens; the head costs K/V of the full one."""
+
+    def __init__(self, linear: torch.nn.Linear, keep: torch.Tensor):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("keep", keep.to(torch.long), persistent=False)
+        rows = torch.nn.Linear(linear.in_features, len(keep), bias=linear.bias is not None)
+        with torch.no_grad():
+            rows.weight.copy_(linear.weight.detach()[keep].float())
+            if linear.bias is not None:
+                rows.bias.copy_(linear.bias.detach()[keep].float())
+        self.rows = PackedLinear(rows, "int8")
+        self.packed_bytes = self.rows.packed_bytes
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return torch.empty(self.out_features, self.in_features, device="meta")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.rows(x)
+        out = scores.new_full((*scores.shape[:-1], self.out_features), float("-inf"))
+        out[..., self.keep] = scores
+        return out
+
+
+def vocabulary_hash(tokenizer) -> str:
+    """Names a vocabulary: frequency tables apply to every tokenizer with exactly these entries."""
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def frequent_ids(tokenizer, k: int) -> tuple[list[int], str] | None:
+    """The k most frequent ids of the shipped table for this vocabulary, plus every special and
+    added token (the draft must still be able to propose an end of turn); None without a table."""
+    path = FREQUENT_TOKENS / f"{vocabulary_hash(tokenizer)}.json"
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    keep = list(dict.fromkeys([*table["ids"][:k], *tokenizer.all_special_ids,
+                               *tokenizer.get_added_vocab().values()]))
+    return keep, str(path)
+
+
 class HalfEmbedding(torch.nn.Module):
     """An embedding table kept in float16 (exact for float16 checkpoints), rows widened on lookup."""
 
     def __init__(self, embedding: torch.nn.Embedding, dtype: torch.dtype):
         super().__init__()
         # a buffer, not a parameter: transformers reads a model's dtype from its first parameter
-        self.register_buffer("weight", embedding.weight.detach().to(torch.float16), persistent=False)
+        # a copy: a float16 checkpoint's tensor may be a view of the memory-mapped file, which would
+        # keep every weight of the file mapped (and resident) for the model's lifetime
+        self.register_buffer("weight", embedding.weight.detach().to(torch.float16, copy=True), persistent=False)
         self.padding_idx, self.out_dtype = embedding.padding_idx, dtype
         self.num_embeddings, self.embedding_dim = embedding.num_embeddings, embedding.embedding_dim
 
@@ -105,10 +160,13 @@ class KernelReport:
     embedding: str = "unchanged"
     packed_bytes: int = 0
     packed_parameters: int = 0  # weights now held outside model.parameters()
+    head: str = "full"          # or how the draft's output head was pruned
+    head_tokens: int | None = None  # tokens the pruned head scores (None: the full head)
 
     def to_dict(self) -> dict:
         return {"role": self.role, "mode": self.mode, "linears": dict(self.linears), "embedding": self.embedding,
-                "packed_bytes": self.packed_bytes, "packed_parameters": self.packed_parameters}
+                "packed_bytes": self.packed_bytes, "packed_parameters": self.packed_parameters, "head": self.head,
+                "head_tokens": self.head_tokens}
 
 
 def couples_rows(report: dict) -> bool:
@@ -145,10 +203,20 @@ def release_freed_memory() -> None:
         pass
 
 
-def pack(model: torch.nn.Module, role: str) -> KernelReport:
+def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | None = None) -> KernelReport:
     """Pack `model`'s linears for the CPU (role 'target' or 'draft'), in place; the rest of the
-    model runs in float32."""
+    model runs in float32. head_ids (draft only): prune the output head to these ids (FR-Spec)."""
     report = KernelReport(role, "fast", {})
+    if head_ids is not None and role == "draft":
+        head = model.get_output_embeddings()
+        keep, source = head_ids
+        if type(head) is torch.nn.Linear and len(keep) < head.out_features:
+            pruned = PrunedHead(head, torch.tensor([i for i in keep if i < head.out_features]))
+            model.set_output_embeddings(pruned)
+            report.packed_bytes += pruned.packed_bytes
+            report.packed_parameters += head.weight.numel()
+            report.head = f"{len(pruned.keep)} of {head.out_features} tokens ({Path(source).name})"
+            report.head_tokens = len(pruned.keep)
     linears = [(n, m) for n, m in model.named_modules() if type(m) is torch.nn.Linear]
     for name, linear in linears:
         kind = "int8" if role == "draft" else ("fp16" if _fp16_exact(linear.weight) else "onednn")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import observed, profiler
-from engine.planning import MAX_BUDGET, MethodSpec, build_plan, profile_budget
+from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, learner_for, profile_budget
 from engine.prompts import default_prompts
 from engine.settings import Settings
 
@@ -65,8 +65,8 @@ def load_job(ctx, draft, target, device, dtype, **placement):
         # the first Generate (cached per pair, device, dtype, placement and CPU kernels)
         budget = profile_budget(pair, worker.profile_budget)
         ctx.progress(0.95, f"profiling this device once (t(n) up to n = {budget}; cached)")
-        prof = profiler.profile_device(pair, max_budget=budget, repeats=3, progress=ctx.progress,
-                                       should_stop=ctx.should_stop)
+        prof = profiler.profile_device(pair, max_budget=budget, max_width=min(budget, 16), repeats=3,
+                                       progress=ctx.progress, should_stop=ctx.should_stop)
         prof.source = str(profiler.save_profile(pair, prof))
     return pair.describe()
 
@@ -86,32 +86,28 @@ def plan_job(ctx, spec: MethodSpec, settings: Settings):
     return build_plan(ctx.pair, spec, settings, **_measuring(ctx))
 
 
-def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan):
+def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, learn: bool = True):
+    """`plan` (zero-arg, between steps) may return a Tree, or an object with .tree and .spec (a
+    PlanResult: its spec becomes the one learning re-plans with). With `learn`, each step's
+    censored outcomes update the run's posterior and DP specs are re-planned from it between
+    steps; the run's evidence is stored at the end (engine/learning.py)."""
     from engine.decoding import Decoder
     from engine.models import encode_prompt
     pair = ctx.pair
     ids = encode_prompt(pair, prompt, chat)
-    result = build_plan(pair, spec, settings, **_measuring(ctx))
+    result = build_plan(pair, spec, settings, learn=learn, **_measuring(ctx))
     yield Note("plan", result)
     method = result.method
-    current = {"tree": method.tree}
-
-    def next_tree():
-        if plan is not None and method.uses_draft:
-            try:
-                tree = plan()
-            except Exception:  # noqa: BLE001 - a bad re-plan must not kill the run
-                log.exception("re-plan callback failed; keeping the current tree")
-                tree = None
-            if tree is not None and tree.size >= 1:
-                current["tree"] = tree
-        return current["tree"]
-
+    replan = Replanner(pair, result, settings, user=plan, learn=learn)
     events = []
-    for event in Decoder(pair, method, settings, plan=next_tree).run(ids, should_stop=ctx.should_stop):
+    for event in Decoder(pair, method, settings, plan=replan).run(ids, should_stop=ctx.should_stop):
         events.append(event)
+        replan.observe(event)
+        if replan.learner is not None and event.nodes:  # before the event: the page draws both at once
+            yield Note("learning", replan.state())
         yield event
     _record_costs(pair, events, settings)
+    replan.finish()
     return events[-1] if events else None
 
 
@@ -124,7 +120,9 @@ def _record_costs(pair, events, settings: Settings) -> None:
         log.warning("could not record observed step costs: %s", exc)
 
 
-def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int):
+def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, learn: bool = True):
+    """Lanes keep their planned trees (a fair race); with `learn` the plans start from the learned
+    vector and every lane whose steps are evidence stores them (engine/learning.py)."""
     from engine.decoding import Decoder
     from engine.models import encode_prompt
     pair = ctx.pair
@@ -132,7 +130,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int):
     planned = []
     for i, (lane, spec) in enumerate(specs):
         ctx.progress(i / len(specs), f"planning {lane}")
-        planned.append((lane, build_plan(pair, spec, settings, **_measuring(ctx))))
+        planned.append((lane, build_plan(pair, spec, settings, learn=learn, **_measuring(ctx))))
     yield Note("race", planned)
     if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs
         warm = Settings(temperature=settings.temperature, top_p=settings.top_p,
@@ -151,6 +149,11 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int):
             events.append(event)
             yield LaneEvent(lane, event)
         _record_costs(pair, events, settings)
+        learner = learner_for(pair, result, settings) if learn else None
+        if learner is not None:
+            for event in events:
+                learner.observe(event)
+            learner.record()
         last = events[-1] if events else None
         if last is not None:
             summaries.append({"lane": lane, "label": result.method.label, "tokens": last.total_tokens,

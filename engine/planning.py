@@ -1,7 +1,10 @@
 """Planning, in one place: from a pair, settings and a method spec to a tree and its prediction.
 
     spec (what the user asked: ar | chain | specinfer | sequoia | sequoia-auto | tree)
-      -> acceptance vector   (profiler's cache, the nearest measured one, or measured now)
+      -> acceptance vector   (profiler's cache, interpolated between measured settings
+                              (engine/interpolation.py), the nearest measured one, or measured
+                              now; with learn=True pooled with what earlier runs observed,
+                              engine/learning.py)
       -> DP table            (engine/planner.py; memoised per vector, so a budget change is a lookup)
       -> tree                (the DP tree for (budget, depth), or the hardware-aware (n, d))
       -> prediction          (tokens/step from the vector; seconds/step and speedup from the profile)
@@ -11,16 +14,18 @@ measure=False it only reads caches and never calls a model (safe on the UI threa
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from engine import interpolation, learning, observed, profiler
 from engine import methods as methods_mod
-from engine import observed, profiler
 from engine.errors import UserError
 from engine.planner import Choice, CostCurve, PlanTable, choose_shape, step_seconds
 from engine.settings import Settings
 from engine.tree import Tree
 
+log = logging.getLogger(__name__)
 MAX_BUDGET = 256       # nodes, the root included
 MAX_DEPTH = 32         # levels, the root included
 TABLE_DEPTH = 16       # the DP table covers depths up to this; deeper asks build a bigger one
@@ -160,10 +165,19 @@ class PlanResult:
     choice: Any = None                # planner.Choice for hardware-aware plans
     predicted_speedup: float | None = None
     predicted_seconds_per_step: float | None = None
+    base_acceptance: Any = None       # the vector before pooling with learned evidence (learn=True)
+    learned: dict | None = None       # learn=True: key, positions and runs of the stored evidence used
 
     @property
     def tree(self) -> Tree:
         return self.method.tree
+
+    @property
+    def backing_positions(self) -> int:
+        """Positions behind the plan's vector: measured (or interpolated) plus learned ones."""
+        base = self.base_acceptance if self.base_acceptance is not None else self.acceptance
+        measured = int(base.positions) if base is not None else 0
+        return measured + int((self.learned or {}).get("positions", 0))
 
     def summary(self) -> dict:
         t = self.tree
@@ -174,7 +188,12 @@ class PlanResult:
         if self.acceptance is not None:
             out.update(acceptance=list(self.acceptance.probabilities), acceptance_source=self.acceptance.source,
                        acceptance_positions=self.acceptance.positions,
-                       acceptance_temperature=self.acceptance.temperature)
+                       acceptance_temperature=self.acceptance.temperature,
+                       acceptance_interpolated=interpolation.is_interpolated(self.base_acceptance
+                                                                             or self.acceptance),
+                       backing_positions=self.backing_positions)
+        if self.learned is not None:
+            out["learned"] = dict(self.learned)
         if self.profile is not None:
             out["profile_source"] = self.profile.source
         if self.choice is not None:
@@ -204,23 +223,39 @@ def _fixed_method(spec: MethodSpec):
     return None
 
 
+def _interpolated(pair, settings: Settings, sampler: str):
+    """(vector, note) interpolated between measured settings, or (None, '')."""
+    vec = interpolation.interpolated_vector(pair, settings.temperature, settings.top_p, sampler, settings.top_k)
+    if vec is None:
+        return None, ""
+    return vec, (f"no vector measured at T={settings.temperature:g}, top-p={settings.top_p:g}: "
+                 f"INTERPOLATED ({vec.source[len('interpolated: '):]})")
+
+
 def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measure: bool, allow_nearest: bool,
-                progress, should_stop, prompts, tokens_per_prompt) -> tuple[Any, bool, str]:
-    """(vector or None, exact for these settings, where it came from in words)."""
-    T, top_p = settings.temperature, settings.top_p
-    vec = profiler.cached_acceptance(pair, T, top_p, sampler)
+                progress, should_stop, prompts, tokens_per_prompt,
+                interpolate_first: bool = False) -> tuple[Any, bool, str]:
+    """(vector or None, exact for these settings, where it came from in words). Without an exact
+    vector: measured now when `measure` (unless `interpolate_first` and an interpolation exists:
+    learning then refines it during the run), else interpolated, else the nearest measured one."""
+    T, top_p, top_k = settings.temperature, settings.top_p, settings.top_k
+    vec = profiler.cached_acceptance(pair, T, top_p, sampler, top_k=top_k)
     if vec is not None:
         return vec, True, f"measured over {vec.positions} positions, cache file {vec.source}"
     if spec.kind not in ("sequoia", "sequoia-auto"):
         if spec.kind == "ar":
             return None, True, "autoregressive: one token per step, no acceptance vector needed"
         return None, True, f"no acceptance vector measured for the {sampler} sampler at T={T:g}: no prediction"
+    if interpolate_first or (not measure and allow_nearest):
+        vec, note = _interpolated(pair, settings, sampler)
+        if vec is not None:
+            return vec, False, note
     if measure:
-        vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress,
+        vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress, top_k=top_k,
                                          should_stop=should_stop, prompts=prompts,
                                          tokens_per_prompt=tokens_per_prompt)
         return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})"
-    near = profiler.nearest_vector(pair, T, top_p, sampler) if allow_nearest else None
+    near = profiler.nearest_vector(pair, T, top_p, sampler, top_k) if allow_nearest else None
     if near is None:
         raise NeedsMeasurement("acceptance", f"no acceptance vector measured for this pair at T={T:g}, "
                                f"top-p={top_p:g}: it must be measured first")
@@ -231,17 +266,125 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
                          f"{near.source})")
 
 
+def learning_key(pair, settings: Settings, sampler: str = "sequoia") -> str:
+    """Where learned evidence for these settings is stored: the acceptance key (default width)."""
+    return profiler.acceptance_key(pair, sampler, settings.temperature, settings.top_p, 16, settings.top_k)
+
+
+def learns_from(method, settings: Settings) -> bool:
+    """Whether a method's steps are evidence about the Sequoia/greedy vector: greedy steps always,
+    sampled steps when children are drawn without replacement (SpecInfer's are not; a chain's
+    single child is drawn and tested the same way under both samplers)."""
+    return settings.greedy or method.sampler == "sequoia" or max(len(c) for c in method.tree.children) <= 1
+
+
+def plan_from_vector(spec: MethodSpec, acceptance, prof=None, sampling: bool = False) -> Tree | None:
+    """The tree a DP spec (sequoia | sequoia-auto) gets for a given acceptance vector; None for
+    other kinds, or for sequoia-auto without a device profile. Used by build_plan and by the
+    between-step re-plans of learning (engine/jobs.py)."""
+    if spec.kind == "sequoia":
+        return table_for(acceptance, spec.budget, spec.depth).tree(spec.budget, spec.depth)
+    if spec.kind == "sequoia-auto" and prof is not None:
+        return hardware_aware(acceptance, prof, spec.budget, spec.depth, sampling).tree
+    return None
+
+
+def learner_for(pair, result: "PlanResult", settings: Settings):
+    """The learning of one run planned as `result` (engine/learning.py), or None when its steps say
+    nothing about the Sequoia/greedy acceptance vector (SpecInfer at T > 0, autoregressive)."""
+    if not result.method.uses_draft or not learns_from(result.method, settings):
+        return None
+    vec = result.acceptance
+    start = list(vec.probabilities) if vec is not None else [0.0] * 16
+    base = result.base_acceptance if result.base_acceptance is not None else vec
+    meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
+            "top_p": settings.top_p, "top_k": settings.top_k, "sampler": "greedy" if settings.greedy else "sequoia",
+            "draft_kernels": profiler.draft_kernels(pair)}
+    return learning.Learner(start, learning_key(pair, settings), meta,
+                            base=list(base.probabilities) if base is not None else None)
+
+
+class Replanner:
+    """The Decoder's `plan` callback for one run (called before every step). It returns the tree
+    for the next step:
+      - a tree the caller publishes (`user`: zero-arg, returns None, a Tree, or a PlanResult whose
+        spec then becomes the one re-planned), and
+      - with learning, the DP tree of the current spec for the posterior of the steps observed so
+        far, re-planned when the posterior moved (learning.MIN_CHANGE) or the user re-planned.
+    Exact: only steps already finished are observed (observe() runs between steps), so the tree
+    of step t depends on the past only (ALGORITHM.md section 7, "Adaptive trees are exact")."""
+
+    def __init__(self, pair, result: "PlanResult", settings: Settings, user=None, learn: bool = True):
+        self.result, self.settings, self.user = result, settings, user
+        self.tree, self.spec, self.forced = result.method.tree, result.spec, False
+        self.learner = learner_for(pair, result, settings) if learn else None
+        self.replans = 0
+
+    def observe(self, event) -> None:
+        if self.learner is not None:
+            self.learner.observe(event)
+
+    def __call__(self) -> Tree:
+        if self.user is not None and self.result.method.uses_draft:
+            try:
+                got = self.user()
+            except Exception:  # noqa: BLE001 - a bad re-plan must not kill the run
+                log.exception("re-plan callback failed; keeping the current tree")
+                got = None
+            tree = getattr(got, "tree", got)
+            if tree is not None and tree.size >= 1:
+                self.tree, self.spec = tree, getattr(got, "spec", self.spec)
+                self.forced = True
+        learner = self.learner
+        if learner is not None and learner.run.nodes > 0 and (self.forced or learner.should_replan()):
+            posterior = learner.posterior
+            try:
+                tree = plan_from_vector(self.spec, posterior, self.result.profile, not self.settings.greedy)
+            except Exception:  # noqa: BLE001
+                log.exception("learning re-plan failed; keeping the current tree")
+                tree = None
+            if tree is not None:
+                self.tree = tree
+                learner.planned_with = posterior
+                self.replans += 1
+            self.forced = False
+        return self.tree
+
+    def state(self) -> dict:
+        """What the Live chart shows (learning on): prior, observed, posterior, the current tree."""
+        out = self.learner.state() if self.learner is not None else {}
+        out.update(tree_parents=list(self.tree.parents), replans=self.replans,
+                   expected_tokens=(self.tree.expected_tokens(out["posterior"]) if out else None))
+        return out
+
+    def finish(self):
+        """Store the run's evidence (learning on); returns the stored evidence or None."""
+        return self.learner.record() if self.learner is not None else None
+
+
 def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, allow_nearest: bool = False,
                progress: Callable[[float | None, str], None] | None = None,
                should_stop: Callable[[], bool] = lambda: False, prompts: list[str] | None = None,
-               tokens_per_prompt: int = 48, profile_budget: int = PROFILE_BUDGET) -> PlanResult:
+               tokens_per_prompt: int = 48, profile_budget: int = PROFILE_BUDGET,
+               learn: bool = False) -> PlanResult:
     """Spec -> Method (+ the numbers that predict it). Measures only when `measure` is True;
-    otherwise raises NeedsMeasurement. Pure cache reads when measure=False (no model calls)."""
+    otherwise raises NeedsMeasurement. Pure cache reads when measure=False (no model calls).
+    learn=True: an interpolated vector is used rather than measuring (the run refines it), and the
+    vector is pooled with the evidence earlier runs stored for these settings (engine/learning.py)."""
     spec.check()
     method = _fixed_method(spec)
     sampler = method.sampler if method is not None else "sequoia"
     vec, exact, note = _acceptance(pair, spec, settings, sampler, measure, allow_nearest, progress, should_stop,
-                                   prompts, tokens_per_prompt)
+                                   prompts, tokens_per_prompt, interpolate_first=learn)
+    base, learned = vec, None
+    if learn and vec is not None:
+        key = learning_key(pair, settings)
+        stored = learning.load(key)
+        learned = {"key": key, "positions": int(stored.nodes), "runs": stored.runs,
+                   "store": str(learning.learned_path(key))}  # not "path": gradio_client would fetch it as a file
+        if stored.nodes > 0:
+            vec = learning.with_stored(vec, stored)
+            note += f"; pooled with {int(stored.nodes)} positions learned over {stored.runs} runs"
     prof = corrected_profile(pair, not settings.greedy)
     choice = None
     if spec.kind == "sequoia-auto":
@@ -254,10 +397,10 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
         choice = hardware_aware(vec.probabilities, prof, spec.budget, spec.depth, not settings.greedy)
         method = methods_mod.sequoia(choice.tree, name="sequoia-auto")
     elif spec.kind == "sequoia":
-        method = methods_mod.sequoia(table_for(vec.probabilities, spec.budget, spec.depth).tree(spec.budget, spec.depth))
+        method = methods_mod.sequoia(plan_from_vector(spec, vec.probabilities))
     pred = predict(method.tree, vec.probabilities if vec is not None else None, prof, not settings.greedy)
     return PlanResult(spec, method, pred.tokens_per_step, vec, note, exact, prof, choice, pred.speedup,
-                      pred.seconds_per_step)
+                      pred.seconds_per_step, base, learned)
 
 
 def dp_plan(pair, settings: Settings, budget: int, depth: int, **measuring) -> PlanResult:

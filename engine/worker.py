@@ -30,7 +30,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterator
 
-from engine import jobs, profiler
+from engine import jobs, observed, profiler
 from engine.errors import UserError
 from engine.jobs import LaneEvent, Progress
 from engine.planning import PROFILE_BUDGET, MethodSpec, PlanResult, build_plan
@@ -245,13 +245,21 @@ class Worker:
         pair = self._pair
         return profiler.cached_profile(pair) if pair is not None else None
 
-    def quick_plan(self, spec: MethodSpec, settings: Settings, allow_nearest: bool = True) -> PlanResult:
+    def observed_costs(self) -> dict | None:
+        """Profiled vs observed step costs of the loaded pair (engine/observed.py), or None."""
+        pair = self._pair
+        if pair is None:
+            return None
+        return observed.load(profiler.profile_key(pair)).summary(profiler.cached_profile(pair))
+
+    def quick_plan(self, spec: MethodSpec, settings: Settings, allow_nearest: bool = True,
+                   learn: bool = True) -> PlanResult:
         """A plan from caches only (never measures, never calls a model). Raises
         NeedsMeasurement when a vector or profile is missing (and no nearest vector may stand in)."""
         pair = self._pair
         if pair is None:
             raise UserError("no model pair is loaded yet")
-        return build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest)
+        return build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest, learn=learn)
 
     # ---- the jobs the app uses
     def load(self, draft: str = "default", target: str = "default", device: str | None = None,
@@ -273,22 +281,23 @@ class Worker:
         return self.submit("check pair", jobs.check_job, config)
 
     def generate(self, prompt: str, spec: MethodSpec, settings: Settings, chat: bool | None = None,
-                 plan: Callable[[], Tree | None] | None = None) -> Job:
-        """Stream: Progress while planning/measuring, Note('plan', PlanResult), then StepEvents.
-        `plan` (zero-arg, called between steps) may return a new tree for the next step, or None
-        to keep the current one."""
+                 plan: Callable[[], Tree | None] | None = None, learn: bool = True) -> Job:
+        """Stream: Progress while planning/measuring, Note('plan', PlanResult), then StepEvents
+        (with learn, each preceded by Note('learning', {prior, observed, posterior, ...})).
+        `plan` (zero-arg, called between steps) may return a new tree (or a PlanResult) for the
+        next step, or None to keep the current one. `learn`: engine/learning.py."""
         spec.check()
-        return self.submit("generate", jobs.generate_job, prompt, spec, settings, chat, plan)
+        return self.submit("generate", jobs.generate_job, prompt, spec, settings, chat, plan, learn)
 
     def race(self, prompt: str, specs: list[tuple[str, MethodSpec]], settings: Settings,
-             chat: bool | None = None, warmup_tokens: int = 2) -> Job:
+             chat: bool | None = None, warmup_tokens: int = 2, learn: bool = True) -> Job:
         """Stream: Progress while planning, Note('race', [(lane, PlanResult)]), then per method
         Note('lane', lane) and LaneEvents. Result: list of per-lane summaries."""
         if not specs:
             raise UserError("pick at least one method for the race")
         for _, spec in specs:
             spec.check()
-        return self.submit("race", jobs.race_job, prompt, list(specs), settings, chat, warmup_tokens)
+        return self.submit("race", jobs.race_job, prompt, list(specs), settings, chat, warmup_tokens, learn)
 
     def measure(self, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
                 prompts: list[str] | None = None, force: bool = False) -> Job:

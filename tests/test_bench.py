@@ -92,3 +92,24 @@ def test_synthetic_presets_have_realistic_sizes():
     from engine.synthetic import make_config, parameter_count, parse_size
     assert 60e6 < parameter_count(make_config(parse_size("68m")[1])) < 75e6
     assert 6.5e9 < parameter_count(make_config(parse_size("7b")[1])) < 7e9
+
+
+def test_bench_times_the_default_kernels_in_the_same_run_when_asked(tmp_path):
+    draft, target = tiny_pair_dirs("llama")
+    out = tmp_path / "bench.json"
+    run = engine("bench", "--quick", "--draft", draft, "--target", target, "--compare-default-kernels",
+                 "--temperatures", "0", "--json", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["machine"]["cpu_kernels"]["mode"] == "fast"
+    base = [r for r in report["results"] if r["method"] == "ar-default-kernels"]
+    assert len(base) == 1 and base[0]["tokens_per_second"] > 0
+    # interleaved with the other methods: one run per prompt, like every method
+    assert sum(r["method"] == "ar-default-kernels" for r in report["runs"]) == len(report["prompts"])
+    goals = {g["goal"]: g for g in report["goals"]}
+    fast_vs_default = [g for name, g in goals.items() if "fast CPU path" in name]
+    assert fast_vs_default and fast_vs_default[0]["measured"] > 0
+    assert any(name.startswith("loaded pair <= 6 GB") for name in goals)
+    refused = engine("bench", "--quick", "--draft", draft, "--target", target, "--compare-default-kernels",
+                     "--cpu-kernels", "default")
+    assert refused.returncode == 2 and "fast" in refused.stderr

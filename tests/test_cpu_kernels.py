@@ -10,6 +10,7 @@ from engine.decoding import generate_ids
 from engine.models import encode_prompt, load_pair
 from engine.settings import Settings
 from engine.tree import Tree
+from tests.test_exactness import DIST_CHARS
 from tests.tiny import tiny_pair, tiny_pair_dirs
 
 ROWS = (1, 2, 3, 4, 5, 8, 16, 33)
@@ -119,3 +120,59 @@ def test_cli_takes_cpu_kernels_and_refuses_others(capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["generate", "--prompt", "x", "--cpu-kernels", "turbo"])
     assert exc.value.code == 2 and "turbo" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the pruned draft head (FR-Spec)
+def _pair_with_pruned_head(tmp_path, monkeypatch, keep_share=0.5, **tiny):
+    from tests.tiny import tiny_pair_dirs as dirs
+    draft, target = dirs("llama", stored="float16", **tiny)
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(draft)
+    ids = list(range(len(tok)))[::-1][:max(2, int(len(tok) * keep_share))]  # a made-up frequency order
+    table = {"ids": ids, "counts": [1] * len(ids)}
+    (tmp_path / f"{cpu_kernels.vocabulary_hash(tok)}.json").write_text(__import__("json").dumps(table))
+    monkeypatch.setattr(cpu_kernels, "FREQUENT_TOKENS", tmp_path)
+    pair = load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="fast",
+                     draft_head_tokens=len(ids))
+    return pair, set(ids) | set(tok.all_special_ids)
+
+
+def test_pruned_head_scores_only_the_kept_tokens_exactly_like_the_full_int8_head(tmp_path, monkeypatch):
+    pair, kept = _pair_with_pruned_head(tmp_path, monkeypatch, chars=DIST_CHARS)
+    head = pair.draft.get_output_embeddings()
+    assert isinstance(head, cpu_kernels.PrunedHead) and "of" in pair.cpu_kernels["draft"]["head"]
+    full = cpu_kernels.PackedLinear(_unpruned_copy(head, pair), "int8")
+    x = torch.randn(3, head.in_features)
+    with torch.inference_mode():
+        pruned, reference = head(x), full(x)
+    keep = head.keep
+    assert set(keep.tolist()) == {i for i in kept if i < head.out_features}
+    assert torch.equal(pruned[:, keep], reference[:, keep])  # per-row int8 scales: the same rows
+    others = torch.ones(head.out_features, dtype=torch.bool)
+    others[keep] = False
+    assert torch.isinf(pruned[:, others]).all() and (pruned[:, others] < 0).all()
+
+
+def _unpruned_copy(head, pair):
+    """A full-size nn.Linear whose kept rows are the pruned head's source rows (read back from
+    the checkpoint) - the reference the pruned head must agree with on those rows."""
+    from transformers import AutoModelForCausalLM
+    src = AutoModelForCausalLM.from_pretrained(pair.draft.name_or_path, dtype=torch.float32)
+    return src.get_output_embeddings()
+
+
+def test_pruned_head_keeps_decoding_exact(tmp_path, monkeypatch):
+    pair, _ = _pair_with_pruned_head(tmp_path, monkeypatch, keep_share=0.4)
+    ids = encode_prompt(pair, "hello world", chat=False)
+    ref = pair.target.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+                               pad_token_id=0)[0, len(ids):].tolist()
+    settings = Settings(max_new_tokens=24, ignore_eos=True)
+    for method in (methods.chain(4), methods.specinfer(3, 3), methods.sequoia(Tree.from_branching([3, 2, 1, 0, 1]))):
+        assert generate_ids(pair, ids, method, settings)[0] == ref, method.label
+    # sampling: the distribution test of tests/test_exactness.py on this pair
+    from tests.test_exactness import (DIST_METHODS, SAMPLES, chi_square_pvalue, exact_two_token_distribution,
+                                      two_token_samples)
+    ids = encode_prompt(pair, "abca", chat=False)
+    settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=11)
+    samples = two_token_samples(pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES)
+    assert chi_square_pvalue(samples, exact_two_token_distribution(pair, ids, 1.0, 1.0)) > 1e-3

@@ -97,3 +97,125 @@ def test_dropping_the_page_cache_without_permission_is_a_clear_error(monkeypatch
     monkeypatch.setattr(profiler.Path, "write_text", refuse)
     with pytest.raises(profiler.UserError, match="cannot drop the page cache .*root"):
         profiler.drop_page_cache()
+
+
+# ------------------------------------------------------------------ issue 15: review findings
+SMALL = "ab"  # vocabulary of 4 tokens: <eos>, a, b, <unk>
+LONG_PROMPTS = ["ab", "ba", "aab", "bba", "abab", "bbaa", "baab", "aaab"]
+
+
+def test_a_star_wider_than_the_vocabulary_is_measured_at_the_vocabulary_width(tmp_path, monkeypatch):
+    """A 16-wide star on a 4-token vocabulary is measured at width 4, cached under the key a
+    16-wide ask looks up, and the Sequoia plan made from it decodes (no node wider than the vocabulary)."""
+    from engine.decoding import generate
+    from engine.models import encode_prompt
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama", chars=SMALL)
+    assert pair.vocab_size == 4
+    vec = profiler.acceptance_vector(pair, 1.0, prompts=["ab", "ba"], tokens_per_prompt=12, ignore_eos=True)
+    assert vec.width == 4 and len(vec.probabilities) == 4
+    assert profiler.cached_acceptance(pair, 1.0) is not None  # the width-16 ask finds it: no re-measuring
+    plan = planning.dp_plan(pair, Settings(temperature=1.0), 16, 4)
+    assert max(len(c) for c in plan.tree.children) <= 4
+    events = list(generate(pair, encode_prompt(pair, "ab", chat=False), plan.method,
+                           Settings(temperature=1.0, max_new_tokens=12, ignore_eos=True)))
+    assert events[-1].total_tokens == 12
+
+
+def _spied_measure(monkeypatch, pair, temperature, top_p, sampler, width, prompts, tokens):
+    """measure_acceptance, recording what it passed to the decoder and the steps it saw."""
+    calls = []
+    real = profiler.generate
+
+    def spy(pair_, ids, method, settings, **kw):
+        rec = {"ids": list(ids), "method": method, "settings": settings, "events": []}
+        calls.append(rec)
+        for ev in real(pair_, ids, method, settings, **kw):
+            rec["events"].append(ev)
+            yield ev
+
+    monkeypatch.setattr(profiler, "generate", spy)
+    vec = profiler.measure_acceptance(pair, prompts, temperature, top_p, sampler, width=width,
+                                      tokens_per_prompt=tokens, ignore_eos=True)
+    monkeypatch.setattr(profiler, "generate", real)
+    return vec, calls
+
+
+def _check_settings_used(calls, temperature, top_p, sampler):
+    for c in calls:
+        assert c["settings"].temperature == temperature and c["settings"].top_p == top_p
+        assert c["method"].sampler == sampler
+
+
+def _check_rank_one(pair, vec, calls, temperature, top_p):
+    """Measured P(rank 1) against the mean of sum(min(p, q)) over the roots the measurement
+    visited (the exact chance that the first child, drawn from q, is accepted), at the asked T/top-p."""
+    import torch
+    from engine import sampling
+    exact = []
+    for c in calls:
+        for ev in c["events"]:
+            if len(ev.tree_parents) < 2 or not ev.nodes:
+                continue
+            before = ev.total_tokens - len(ev.new_token_ids)
+            ctx = torch.tensor([c["ids"] + ev.token_ids[:before]])
+            with torch.no_grad():
+                p = sampling.target_distribution(pair.target(ctx).logits[0, -1].double(), temperature, top_p)
+                q = sampling.draft_distribution(pair.draft(ctx).logits[0, -1].double(), temperature)
+            exact.append(float(torch.minimum(p, q).sum()))
+    mean = sum(exact) / len(exact)
+    se = (mean * (1 - mean) / vec.positions) ** 0.5
+    assert len(exact) == vec.positions
+    assert abs(vec.probabilities[0] - mean) < 3 * se + 0.01, (vec.probabilities[0], mean, se)
+
+
+def _check_full_cover(vec):
+    """Sequoia's children drawn without replacement over the whole vocabulary cover p's support:
+    some child is always accepted (ALGORITHM.md section 3). With replacement they often do not."""
+    assert vec.none == 0.0, vec.none
+
+
+def _measure_and_check(monkeypatch, pair):
+    checks = []
+    for T, top_p in ((1.0, 1.0), (0.5, 0.8)):
+        vec, calls = _spied_measure(monkeypatch, pair, T, top_p, "sequoia", 16, LONG_PROMPTS, 60)
+        _check_settings_used(calls, T, top_p, "sequoia")
+        _check_rank_one(pair, vec, calls, T, top_p)
+        _check_full_cover(vec)
+        checks.append(vec)
+    return checks
+
+
+def test_measured_acceptance_matches_the_asked_sampler_and_temperature(monkeypatch):
+    pair = tiny_pair("llama", chars=SMALL, noise=0.2)
+    _measure_and_check(monkeypatch, pair)
+
+
+@pytest.mark.parametrize("mutant", ["always_specinfer", "always_t1"])
+def test_the_acceptance_checks_fail_on_wrong_profilers(monkeypatch, mutant):
+    """The two wrong profilers of the review: one always measuring with the SpecInfer sampler,
+    one always at T = 1 / top-p 1. Each must fail the checks above (the tests have teeth)."""
+    pair = tiny_pair("llama", chars=SMALL, noise=0.2)
+    if mutant == "always_specinfer":
+        real_method = profiler.methods.Method
+        monkeypatch.setattr(profiler.methods, "Method",
+                            lambda name, tree, sampler: real_method(name, tree, "specinfer"))
+    else:
+        real_settings = profiler.Settings
+        monkeypatch.setattr(profiler, "Settings",
+                            lambda **kw: real_settings(**{**kw, "temperature": 1.0, "top_p": 1.0}))
+    with pytest.raises(AssertionError):
+        _measure_and_check(monkeypatch, pair)
+
+
+def test_the_full_cover_value_check_alone_catches_the_specinfer_profiler(monkeypatch):
+    """Without looking at what was passed: the SpecInfer sampler (with replacement) leaves a
+    full-vocabulary star without an accepted child at times; Sequoia's never does. (The T=1
+    profiler is caught by the check of the settings passed: on these tiny pairs sum(min(p, q))
+    moves too little with T for ~300 positions to tell it apart.)"""
+    real_method = profiler.methods.Method
+    monkeypatch.setattr(profiler.methods, "Method", lambda name, tree, sampler: real_method(name, tree, "specinfer"))
+    far = tiny_pair("llama", chars=SMALL, noise=0.6)  # a draft far from the target: repeats are common
+    vec, _ = _spied_measure(monkeypatch, far, 1.0, 1.0, "sequoia", 16, LONG_PROMPTS, 40)
+    with pytest.raises(AssertionError):
+        _check_full_cover(vec)

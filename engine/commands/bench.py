@@ -45,6 +45,12 @@ def register(sub) -> None:
     p.add_argument("--acceptance-prompts", choices=["assets", "bench"], default=None,
                    help="prompts for measuring acceptance: the bench prompts (default) or all example prompts")
     p.add_argument("--profile-repeats", type=int, default=None)
+    p.add_argument("--compare-default-kernels", action="store_true",
+                   help="CPU: also load the pair on --cpu-kernels default and time plain decoding there, "
+                        "interleaved with the other methods (the fast path's gain, measured in the same run)")
+    p.add_argument("--learn", action=argparse.BooleanOptionalAction, default=True,
+                   help="store each run's acceptance outcomes as learned evidence (the trees under test stay "
+                        "fixed; the JSON records config.learn)")
     p.add_argument("--fresh", action="store_true",
                    help="measure acceptance vectors and the device profile in this run even if cached")
     p.add_argument("--quick", action="store_true",
@@ -107,7 +113,8 @@ def config_from_args(args) -> bench.BenchConfig:
         if getattr(args, flag) is not None:
             changes[key] = getattr(args, flag)
     changes.update(match_specinfer=not args.no_match_specinfer, auto=not args.no_auto, ignore_eos=args.ignore_eos,
-                   chat=args.chat, fresh=args.fresh)
+                   chat=args.chat, fresh=args.fresh, compare_default_kernels=args.compare_default_kernels,
+                   learn=getattr(args, "learn", True))
     config = bench.BenchConfig(**{**base.__dict__, **changes})
     _validate(config)
     return config
@@ -134,7 +141,14 @@ def run(args) -> int:
     else:
         prompts = bench.default_prompts(bench.QUICK_PROMPT_MIX if args.quick else None)
     pair = pair_from_args(args)
-    report = bench.run_bench(pair, prompts, config)
+    baseline = None
+    if config.compare_default_kernels:
+        if pair.cpu_kernels_mode != "fast":
+            raise UserError("--compare-default-kernels compares the fast CPU path with the default one: "
+                            "run it on a CPU with --cpu-kernels fast")
+        args.cpu_kernels = "default"
+        baseline = pair_from_args(args)  # a second copy of the models, on PyTorch's own kernels
+    report = bench.run_bench(pair, prompts, config, baseline_pair=baseline)
     print(f"{report['pair']['draft']} -> {report['pair']['target']}; {len(prompts)} prompts, "
           f"{config.max_new_tokens} new tokens each; {bench_report.format_machine(report)}")
     print(bench_report.format_table(report))

@@ -1,6 +1,7 @@
 """`python -m engine generate`: one prompt through one method, text or JSON out."""
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_
 from engine.decoding import Decoder, make_generator
 from engine.errors import UserError
 from engine.models import encode_prompt
-from engine.planning import check_shape, dp_plan
+from engine.planning import MethodSpec, Replanner, build_plan, check_shape
 from engine.tree import Tree
 
 log = logging.getLogger(__name__)
@@ -30,22 +31,34 @@ def register(sub) -> None:
     add_sampling_args(p)
     p.add_argument("--num-samples", type=int, default=1, help="independent samples from the same prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--learn", action=argparse.BooleanOptionalAction, default=True,
+                   help="learn the acceptance vector from this run: re-plan Sequoia trees between steps and "
+                        "store the evidence for later runs (exact either way; see README, Learning)")
     p.set_defaults(func=run)
 
 
-def method_from_args(args, pair, settings) -> methods.Method:
-    if args.method == "ar":
-        return methods.autoregressive()
+def spec_from_args(args) -> MethodSpec:
     depth = args.depth
-    if args.method == "chain":
-        return methods.chain(5 if depth is None else depth)
-    if args.method == "specinfer":
-        return methods.specinfer(args.width, 5 if depth is None else depth)
+    if args.method == "ar":
+        return MethodSpec("ar", 1, 1)
+    if args.method in ("chain", "specinfer"):
+        depth = 5 if depth is None else depth
+        width = 1 if args.method == "chain" else args.width
+        methods.specinfer(width, depth)  # validates width and depth with the usual messages
+        return MethodSpec(args.method, 1 + width * (depth - 1) if args.method == "specinfer" else depth, depth,
+                          width=args.width if args.method == "specinfer" else None)
     if args.tree:
-        return methods.sequoia(load_tree_file(args.tree))
+        return MethodSpec("tree", tree=load_tree_file(args.tree))
     depth = 8 if depth is None else depth
     check_shape(args.budget, depth)
-    return methods.sequoia(dp_plan(pair, settings, args.budget, depth).tree)
+    return MethodSpec("sequoia", args.budget, depth)
+
+
+def method_from_args(args, pair, settings, learn: bool = False):
+    """(method, plan): the method to run and its PlanResult (the DP plan measures the acceptance
+    vector first when none is cached, or, with learn, starts from an interpolated one)."""
+    plan = build_plan(pair, spec_from_args(args), settings, measure=True, learn=learn)
+    return plan.method, plan
 
 
 def load_tree_file(path: str) -> Tree:
@@ -64,12 +77,17 @@ def run(args) -> int:
     settings = settings_from_args(args)
     pair = pair_from_args(args)
     prompt_ids = encode_prompt(pair, args.prompt, args.chat)
-    method = method_from_args(args, pair, settings)
+    method, plan = method_from_args(args, pair, settings, learn=args.learn)
     log.info("method %s, tree %d nodes / %d levels", method.label, method.tree.size, method.tree.depth)
     generator = make_generator(pair.device, settings.seed)
     samples, first_events = [], None
     for i in range(args.num_samples):
-        events = list(Decoder(pair, method, settings, generator=generator).run(prompt_ids))
+        replan = Replanner(pair, plan, settings, learn=args.learn)
+        events = []
+        for event in Decoder(pair, method, settings, generator=generator, plan=replan).run(prompt_ids):
+            replan.observe(event)  # between steps: the next tree depends on finished steps only
+            events.append(event)
+        replan.finish()
         samples.append(events[-1].token_ids)
         if first_events is None:
             first_events = events
@@ -84,7 +102,8 @@ def run(args) -> int:
                           "other_seconds": e.other_seconds} for e in first_events if e.nodes],
                "tokens_per_step": last.tokens_per_step, "tokens_per_second": last.tokens_per_second,
                "seconds": last.total_seconds, "prefill_seconds": last.prefill_seconds,
-               "prompt_tokens": len(prompt_ids)}
+               "prompt_tokens": len(prompt_ids), "learn": bool(args.learn),
+               "distinct_trees": len({tuple(e.tree_parents) for e in first_events if e.nodes})}
         if args.num_samples > 1:
             out["samples"] = samples
         print_json(out)

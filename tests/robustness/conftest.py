@@ -31,7 +31,10 @@ def reference(served) -> dict:
     args = ["generate", "--draft", served["draft"], "--target", served["target"], "--device", "cpu", "--dtype",
             "float32", "--prompt", PROMPT, "--json"]
     for key, value in GOOD.items():
-        args += [f"--{key.replace('_', '-')}", str(value)]
+        if isinstance(value, bool):  # --learn / --no-learn
+            args.append(f"--{'' if value else 'no-'}{key.replace('_', '-')}")
+        else:
+            args += [f"--{key.replace('_', '-')}", str(value)]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(args) == 0

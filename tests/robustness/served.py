@@ -13,8 +13,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "hello world"
 # the good request: greedy Sequoia, so its text must equal the CLI's (and the target's own greedy text)
-GOOD = dict(method="sequoia", budget=8, depth=4, temperature=0, top_p=1, max_new_tokens=24, seed=0)
-GEN_ARGS = ["prompt", "method", "budget", "depth", "hardware", "temperature", "top_p", "max_new_tokens", "seed"]
+GOOD = dict(method="sequoia", budget=8, depth=4, temperature=0, top_p=1, max_new_tokens=24, seed=0, top_k=0,
+            learn=False)
+GEN_ARGS = ["prompt", "method", "budget", "depth", "hardware", "temperature", "top_p", "max_new_tokens", "seed",
+            "top_k", "learn"]
 
 
 def gen_args(**changes) -> list:

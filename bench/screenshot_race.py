@@ -1,0 +1,45 @@
+"""Screenshot the Race tab's default run on a running app (README's Results picture):
+
+    .venv/bin/python app.py &          # the embedded pair; wait for "pair ready"
+    .venv/bin/python bench/screenshot_race.py --url http://127.0.0.1:7860 --out assets/race.png
+
+Opens the page in headless Debian Chromium, switches to the Race tab, presses Start race with
+the page's defaults, waits for the verdict, and saves a full-page PNG. Prints the lane table.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.chromium import browsers  # noqa: E402
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:7860")
+    p.add_argument("--out", default="assets/race.png")
+    p.add_argument("--timeout", type=int, default=900, help="seconds to wait for the race")
+    args = p.parse_args()
+    with browsers(1, timeout_ms=args.timeout * 1000) as (page,):
+        page.set_viewport_size({"width": 1400, "height": 1000})
+        page.goto(args.url)
+        page.get_by_role("tab", name="Race").click()
+        page.wait_for_selector("#sq-race-start")
+        page.click("#sq-race-start")
+        page.wait_for_function("() => { const v = document.querySelector('#sq-race-verdict');"
+                               " return v && v.innerText.trim().length > 0; }", timeout=args.timeout * 1000)
+        page.wait_for_timeout(1500)  # the last chart update
+        print(page.locator("#sq-race-table").inner_text())
+        print(page.locator("#sq-race-verdict").inner_text())
+        page.locator("#sq-race-verdict").scroll_into_view_if_needed()
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=args.out, full_page=True)
+    print(f"saved {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Learning the acceptance vector while decoding (engine/learning.py), re-planning between steps
+(planning.Replanner), and interpolated vectors (engine/interpolation.py)."""
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from engine import interpolation, learning, planning, profiler
+from engine.decoding import Decoder
+from engine.models import encode_prompt
+from engine.settings import Settings
+from tests.tiny import tiny_pair
+
+
+def _event(parents, outcomes):
+    """A StepEvent-like record: outcomes maps a visited node to the accepted child rank (or None:
+    all its children rejected). The walk follows accepted children from the root."""
+    kids = {}
+    for i, p in enumerate(parents):
+        if p >= 0:
+            kids.setdefault(p, []).append(i)
+    status, path, ranks, v = {0: "root"}, [0], [], 0
+    while True:
+        children = kids.get(v, [])
+        r = outcomes.get(v)
+        for k, c in enumerate(children, 1):
+            if r is None or k < r:
+                status[c] = "rejected"
+            elif k == r:
+                status[c] = "accepted"
+        if r is None:
+            break
+        v = children[r - 1]
+        path.append(v)
+        ranks.append(r)
+    nodes = [SimpleNamespace(index=i, status=status.get(i, "unreached")) for i in range(len(parents))]
+    nodes.append(SimpleNamespace(index=len(parents), status="bonus"))
+    return SimpleNamespace(tree_parents=list(parents), nodes=nodes, accepted_path=path, accepted_ranks=ranks,
+                           new_token_ids=[0] * len(path))
+
+
+def test_censored_counts():
+    # root: 3 children, rank 2 accepted; that child has 1 child, rejected
+    ev = learning.step_evidence(_event([-1, 0, 0, 0, 2], {0: 2, 2: None}))
+    assert ev.trials == [2, 1, 1] and ev.accepts == [0, 1, 0] and ev.nodes == 2
+    # "none of c" is a rejection of ranks 1..c only; ranks above c get no trial
+    ev = learning.step_evidence(_event([-1, 0], {0: None}))
+    assert ev.trials == [1] and ev.accepts == [0]
+
+
+def test_pooling_rule():
+    ev = learning.Evidence([10, 4], [6, 1], 10)
+    post = learning.pooled([0.5, 0.2], ev, weight=32)
+    assert post == pytest.approx([(32 * 0.5 + 6) / 42, (32 * 0.2 + 1) / 36])
+    assert sum(learning.pooled([0.9, 0.9], learning.Evidence())) == pytest.approx(learning.MAX_TOTAL)
+
+
+def _simulate(truth, steps, rng):
+    """Trees whose nodes have 1..4 children; outcomes drawn from the positional model."""
+    events = []
+    for _ in range(steps):
+        c = rng.randint(1, 4)
+        parents = [-1] + [0] * c
+        u, acc, r = rng.random(), 0.0, None
+        for k in range(c):
+            acc += truth[k]
+            if u < acc:
+                r = k + 1
+                break
+        events.append(_event(parents, {0: r} if r else {0: None}))
+    return events
+
+
+def test_censored_estimate_recovers_the_vector_and_a_naive_one_does_not(monkeypatch):
+    truth = [0.5, 0.2, 0.1, 0.05]
+    events = _simulate(truth, 20000, random.Random(0))
+    ev = learning.events_evidence(events)
+    assert ev.observed() == pytest.approx(truth, abs=0.02)
+    # mutant: every decided node counted as a trial of every rank (no censoring): biased low
+    def naive(event):
+        out = learning.Evidence()
+        r = event.accepted_ranks[0] if event.accepted_ranks else None
+        out.add_node(4, r)
+        return out
+    monkeypatch.setattr(learning, "step_evidence", naive)
+    wrong = learning.events_evidence(events).observed()
+    assert wrong != pytest.approx(truth, abs=0.02)
+
+
+def test_learner_moves_toward_the_evidence_and_asks_to_replan():
+    learner = learning.Learner([0.2, 0.1, 0.05, 0.02])
+    for ev in _simulate([0.8, 0.1, 0.05, 0.02], 200, random.Random(1)):
+        learner.observe(ev)
+    assert learner.posterior[0] > 0.7 and learner.should_replan()
+    state = learner.state()
+    assert state["prior"][0] == 0.2 and state["observed"][0][1] == 200
+
+
+def test_each_step_tree_is_planned_from_earlier_steps_only(tmp_path, monkeypatch):
+    """With learning, the tree of step t is the DP tree for the posterior of steps < t."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama")
+    settings = Settings(temperature=0.0, max_new_tokens=40, ignore_eos=True)
+    start = [0.1, 0.05, 0.02, 0.01]  # far off: the posterior moves, so the tree changes
+    vec = profiler.AcceptanceVector(start, 0.82, 10, [0.1] * 4, pair.draft_name, pair.target_name, "greedy",
+                                    0.0, 1.0, 4, 1, "x")
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    tree = planning.plan_from_vector(spec, start)
+    result = planning.PlanResult(spec, planning.methods_mod.sequoia(tree), None, vec, "", True)
+    replan = planning.Replanner(pair, result, settings, learn=True)
+    events = []
+    for ev in Decoder(pair, result.method, settings, plan=replan).run(encode_prompt(pair, "hello world", False)):
+        replan.observe(ev)
+        events.append(ev)
+    steps = [e for e in events if e.nodes]
+    assert len({tuple(e.tree_parents) for e in steps}) > 1  # it did re-plan
+    planned_with = start
+    for t, e in enumerate(steps):
+        post = learning.pooled(start, learning.events_evidence(steps[:t]))
+        if t and any(abs(a - b) > learning.MIN_CHANGE for a, b in zip(post, planned_with)):
+            planned_with = post
+        assert tuple(e.tree_parents) == tuple(planning.plan_from_vector(spec, planned_with).parents)
+    stored = replan.finish()
+    assert stored.runs == 1 and stored.nodes == learning.events_evidence(steps).nodes
+    assert learning.load(planning.learning_key(pair, settings)).nodes == stored.nodes
+
+
+def _vec(T, top_p, probs, sampler="sequoia"):
+    return profiler.AcceptanceVector(probs, 1 - sum(probs), 100, [0.01] * len(probs), "d", "t", sampler, T, top_p,
+                                     len(probs), 3, "2026", source=f"m{T}")
+
+
+def test_interpolation_between_measured_temperatures():
+    pair = SimpleNamespace(draft_name="d", target_name="t", cpu_kernels={})
+    vecs = [_vec(0.0, 1.0, [0.8, 0.1], "greedy"), _vec(0.7, 1.0, [0.5, 0.2]), _vec(1.0, 1.0, [0.4, 0.2])]
+    v = interpolation.interpolated_vector(pair, 0.35, 1.0, vectors=vecs)
+    assert v.probabilities == pytest.approx([0.65, 0.15]) and interpolation.is_interpolated(v)
+    assert v.temperature == 0.35 and "interpolated" in v.source
+    v = interpolation.interpolated_vector(pair, 0.85, 1.0, vectors=vecs)
+    assert v.probabilities == pytest.approx([0.45, 0.2])
+    # top-p between two measured top-p values at the same T
+    vecs.append(_vec(0.7, 0.8, [0.7, 0.1]))
+    v = interpolation.interpolated_vector(pair, 0.7, 0.9, vectors=vecs)
+    assert v.probabilities == pytest.approx([0.6, 0.15])
+    # outside every measured range: nothing to interpolate (planning then says "nearest")
+    assert interpolation.interpolated_vector(pair, 1.5, 1.0, vectors=vecs[:3]) is None
+
+
+def test_quick_plan_uses_an_interpolated_vector_labelled_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama")
+    for T, probs in ((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2])):
+        v = _vec(T, 1.0, probs)
+        v.draft, v.target = pair.draft_name, pair.target_name
+        profiler.save_acceptance(pair, v)
+    plan = planning.build_plan(pair, planning.MethodSpec("sequoia", 8, 4), Settings(temperature=0.75),
+                               measure=False, allow_nearest=True)
+    assert not plan.exact and "INTERPOLATED" in plan.acceptance_note
+    assert plan.acceptance.probabilities == pytest.approx([0.5, 0.2])
+    assert plan.summary()["acceptance_interpolated"]

@@ -1,0 +1,69 @@
+"""Step costs observed in real runs correct the device profile (engine/observed.py): a profile
+taken while something else ran stops steering plans once runs have measured the truth."""
+from types import SimpleNamespace
+
+import pytest
+
+from engine import observed, planning
+from engine.profiler import DeviceProfile
+from engine.tree import Tree
+
+
+def profile(target, draft, overhead=0.001):
+    return DeviceProfile(dict(target), dict(draft), overhead, 128, 3, "d", "t", "cpu", "float32",
+                         source="test profile")
+
+
+def step(n_tree: Tree, step_no: int, verify: float, draft: float, other: float = 0.001):
+    return SimpleNamespace(step=step_no, nodes=[object()] * n_tree.size, tree_parents=list(n_tree.parents),
+                           verify_seconds=verify, draft_seconds=draft, other_seconds=other)
+
+
+def test_observed_costs_replace_profiled_points_after_enough_samples(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    prof = profile({1: 0.1, 4: 0.4, 8: 0.8}, {1: 0.05, 4: 0.05})  # as if profiled under load
+    tree = Tree.from_branching([2, 1, 0, 0])  # 4 nodes, expanding widths [1, 1]
+    events = [step(tree, 1, 5.0, 5.0)]  # the first step pays one-off costs: ignored
+    events += [step(tree, i, 0.11 + 0.001 * i, 0.02) for i in range(2, 7)]
+    obs = observed.record_run("key", prof, events, sampling=False)
+    assert obs.steps == 5 and len(obs.target["4"]) == 5
+    fixed = observed.corrected(prof, observed.load("key"), sampling=False)
+    assert fixed.target_seconds[4] == pytest.approx(0.114)  # the median observed, not 0.4
+    assert fixed.target_seconds[1] == prof.target_seconds[1]  # nothing observed there: kept
+    assert fixed.draft_seconds[1] == pytest.approx(0.05 * 0.02 / 0.10)  # scaled by observed / profiled
+    assert prof.target_seconds[4] == 0.4 and "observed steps" in fixed.source  # the profile itself untouched
+    # greedy and sampling overheads are kept apart: nothing observed at T > 0 yet
+    assert observed.corrected(prof, observed.load("key"), sampling=True).draft_seconds == prof.draft_seconds
+
+
+def test_too_few_observations_change_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    prof = profile({1: 0.1, 4: 0.4}, {1: 0.05})
+    tree = Tree.from_branching([3, 0, 0, 0])
+    observed.record_run("k2", prof, [step(tree, i, 0.1, 0.01) for i in (2, 3)], sampling=False)
+    fixed = observed.corrected(prof, observed.load("k2"), sampling=False)
+    assert fixed.target_seconds == prof.target_seconds and fixed.draft_seconds == prof.draft_seconds
+
+
+def test_only_the_most_recent_observations_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    prof = profile({1: 0.1}, {1: 0.05})
+    root = Tree((-1,))
+    observed.record_run("k3", prof, [step(root, i, 1.0, 0.0) for i in range(2, 100)], sampling=False)
+    observed.record_run("k3", prof, [step(root, i, 0.2, 0.0) for i in range(2, 2 + observed.KEEP)], sampling=False)
+    assert observed.corrected(prof, observed.load("k3"), False).target_seconds[1] == pytest.approx(0.2)
+
+
+def test_a_profile_taken_under_load_stops_steering_the_plan(tmp_path, monkeypatch):
+    """Profiled while another job ran, t(n > 1) looked expensive and the hardware-aware plan fell
+    back to plain decoding; after runs observe flat t(n), the plan grows again."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    acceptance = [0.7, 0.15, 0.05]
+    busy = profile({1: 0.1, 2: 0.3, 4: 0.6, 8: 1.2}, {1: 0.03, 2: 0.03, 4: 0.04, 8: 0.05})
+    assert planning.hardware_aware(acceptance, busy, 8, 4).n == 1
+    events = []
+    for tree in (Tree.chain(2), Tree.from_branching([2, 1, 0, 0]), Tree.from_branching([3, 2, 1, 0, 0, 1, 0, 0])):
+        events += [step(tree, i, 0.1 + 0.003 * tree.size, 0.03 * (tree.depth - 1)) for i in range(2, 6)]
+    observed.record_run("busy", busy, events, sampling=False)
+    fixed = observed.corrected(busy, observed.load("busy"), sampling=False)
+    assert planning.hardware_aware(acceptance, fixed, 8, 4).n > 1
