@@ -95,15 +95,15 @@ def build(ctx: AppContext, live: dict) -> dict:
                 planner_json = gr.JSON(label="Plan (raw)")
 
     settings_inputs = [live["method"], live["budget"], live["depth"], live["hardware"], live["temperature"],
-                       live["top_p"]]
+                       live["top_p"], live["top_k"]]
     header_plan = live["plan_md"]
     outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
                header_plan]
 
-    def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request | None = None) -> dict:
+    def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request | None = None) -> dict:
         sess = ctx.sessions.get(request)
         try:
-            settings = settings_from(temp_v, top_p_v)
+            settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
             spec = spec_from(method_v if method_v in ("sequoia", "tree") else "sequoia", budget_v, depth_v, hw_v, sess)
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
@@ -115,7 +115,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             return {info: msg, acc_chart: empty, acc_caption: "", heat: empty, prof_chart: empty, prof_caption: "",
                     speed: empty, chosen: empty, export: None, planner_json: {}}
         T, top_p = settings.temperature, settings.top_p
-        vec = worker.cached_acceptance(T, top_p)
+        vec = worker.cached_acceptance(T, top_p, top_k=settings.top_k)
         prof = worker.cached_profile()
         # ---- acceptance vector
         if vec is not None:
@@ -197,22 +197,23 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[planner_json] = {}
         return out
 
-    def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
-        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
+    def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
+        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request)
 
-    def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+    def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
         try:
-            settings = settings_from(temp_v, top_p_v)
-            job = ctx.sessions.get(request).aux = ctx.worker.measure(settings.temperature, settings.top_p, force=True)
+            settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
+            job = ctx.sessions.get(request).aux = ctx.worker.measure(settings.temperature, settings.top_p, force=True,
+                                                                     top_k=settings.top_k)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         yield from _follow(job, acc_caption, "measuring acceptance")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request)
 
-    def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request: gr.Request):
+    def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
         yield from _follow(job, prof_caption, "profiling")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, request)
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request)
 
     def import_tree(path, request: gr.Request):
         sess = ctx.sessions.get(request)

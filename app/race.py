@@ -12,7 +12,9 @@ from engine.errors import UserError
 from engine.tree import TreeError
 from engine.jobs import LaneEvent, Note, Progress
 
-UPDATE_INTERVAL = 0.1  # at most 10 page updates per second while racing
+# at most 2 page updates per second while racing: each update re-draws the lanes and the chart in
+# the browser, and on a small CPU that drawing competes with the very decoding the race times
+UPDATE_INTERVAL = 0.5
 
 FAIRNESS = (
     "**How the race is run.** All methods get the same prompt, seed and settings. They run **one after "

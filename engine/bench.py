@@ -47,7 +47,7 @@ from typing import Callable
 
 import torch
 
-from engine import learning, profiler
+from engine import bench_goals, learning, profiler
 from engine import methods as M
 from engine.decoding import generate
 from engine.errors import UserError
@@ -67,6 +67,7 @@ Progress = Callable[[str], None]
 class BenchConfig:
     temperatures: tuple[float, ...] = (0.0, 0.7)
     top_p: float = 1.0
+    top_k: int = 0                                    # 0 = off; transformers' order: temperature, top-k, top-p
     max_new_tokens: int = 32
     budgets: tuple[int, ...] = (4, 8, 16, 32)        # Sequoia DP trees (nodes, root included)
     max_depth: int = TABLE_DEPTH                      # depth bound handed to the DP
@@ -332,13 +333,15 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
         specs = build_methods(config, temperature, vec.probabilities, prof)
         specs_by_t[temperature] = specs
         say(f"T={temperature}: {len(specs)} methods: " + ", ".join(s.key for s in specs))
-        warm = Settings(temperature=temperature, top_p=config.top_p, max_new_tokens=config.warmup_tokens,
+        warm = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
+                        max_new_tokens=config.warmup_tokens,
                         seed=config.seed, ignore_eos=True)
         if config.warmup_tokens > 0:
             for s in specs:  # excluded from every figure
                 run_once(_runs_on(s, pair, baseline_pair), ids[0], s, warm)
         for i, prompt in enumerate(prompts):
-            settings = Settings(temperature=temperature, top_p=config.top_p, max_new_tokens=config.max_new_tokens,
+            settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
+                                max_new_tokens=config.max_new_tokens,
                                 seed=config.seed + i, ignore_eos=config.ignore_eos)
             shift = i % len(specs)
             for s in specs[shift:] + specs[:shift]:
@@ -366,7 +369,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     results = aggregate(runs, specs_by_t)
     out = {"machine": machine, "pair": pair.describe(), "config": config.to_dict(),
            "prompts": [asdict(p) for p in prompts], "acceptance": acceptance_info, "profile": prof_info,
-           "results": results, "goals": evaluate_goals(results) + loaded_pair_goals(pair, prof),
+           "results": results, "goals": bench_goals.evaluate_goals(results) + bench_goals.loaded_pair_goals(pair, prof),
            "started_at": started, "wall_seconds": time.perf_counter() - wall0,
            "definitions": DEFINITIONS,
            "runs": [{k: v for k, v in r.items() if k not in ("token_ids", "evidence", "events")} for r in runs]}
@@ -391,51 +394,6 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
 
 def _runs_on(spec: MethodSpec, pair: ModelPair, baseline_pair: ModelPair | None) -> ModelPair:
     return baseline_pair if spec.family == "ar-default-kernels" else pair
-
-
-def loaded_pair_goals(pair: ModelPair, prof) -> list[dict]:
-    """Goals read off the loaded pair and its device profile (fast CPU path)."""
-    goals = []
-    if prof is not None and 1 in prof.target_seconds:
-        t1 = prof.target_seconds[1]
-        if 4 in prof.target_seconds:
-            ratio = prof.target_seconds[4] / t1
-            goals.append({"goal": "profile: t(4)/t(1) <= 1.15", "measured": ratio, "target": 1.15,
-                          "met": ratio <= 1.15, "detail": f"t(1) {t1 * 1e3:.1f} ms"})
-        if 1 in prof.draft_seconds:
-            ratio = prof.draft_seconds[1] / t1
-            goals.append({"goal": "profile: one-token draft forward <= 0.25 of a one-token target forward",
-                          "measured": ratio, "target": 0.25, "met": ratio <= 0.25,
-                          "detail": f"draft {prof.draft_seconds[1] * 1e3:.1f} ms"})
-    gib = pair.model_bytes() / 2**30
-    goals.append({"goal": "loaded pair <= 6 GB (weights as held, packed included)", "measured": gib, "target": 6.0,
-                  "met": gib <= 6.0})
-    return goals
-
-
-def step_yield(event) -> int:
-    """Tokens one step produced before any max-new-tokens cut: accepted nodes + the bonus."""
-    return sum(n.status == "accepted" for n in event.nodes) + any(n.status == "bonus" for n in event.nodes)
-
-
-LEARN_AFTER = 64  # tokens: rest_* compares the posterior after these with the rest of the run
-
-
-def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER) -> dict | None:
-    """The posterior after the first `after` generated tokens (start pooled with their censored
-    outcomes) predicts F(tree) for the rest of the run; compared with the rest's observed yield."""
-    seen, head = 0, []
-    for i, e in enumerate(events):
-        if seen >= after:
-            rest = events[i:]
-            post = learning.pooled(start, learning.events_evidence(head))
-            observed = sum(step_yield(x) for x in rest) / len(rest)
-            predicted = tree.expected_tokens(post)
-            return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,
-                    "rest_predicted_tokens_per_step": predicted, "rest_error": predicted / observed - 1}
-        head.append(e)
-        seen += len(e.new_token_ids)
-    return None
 
 
 DEFINITIONS = {
@@ -465,14 +423,14 @@ def _tkey(t: float) -> str:
 def _acceptance(pair, config: BenchConfig, temperature: float, texts: list[str], say) -> tuple:
     t0 = time.perf_counter()
     vec = None if config.fresh else profiler.cached_acceptance(pair, temperature, config.top_p, "sequoia",
-                                                                 config.acceptance_width)
+                                                                 width=config.acceptance_width, top_k=config.top_k)
     measured = vec is None
     if measured:
         say(f"T={temperature}: measuring the acceptance vector (star of {config.acceptance_width}, "
             f"{len(texts)} prompts x {config.acceptance_tokens} tokens)")
         vec = profiler.measure_acceptance(pair, texts, temperature, config.top_p, "sequoia",
                                           config.acceptance_width, tokens_per_prompt=config.acceptance_tokens,
-                                          seed=config.seed, chat=config.chat)
+                                          seed=config.seed, chat=config.chat, top_k=config.top_k)
         vec.source = str(profiler.save_acceptance(pair, vec))
     info = vec.to_dict()
     info.update(measured_in_run=measured, seconds_in_run=time.perf_counter() - t0)
@@ -565,80 +523,26 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
     return results
 
 
-def evaluate_goals(results: list[dict]) -> list[dict]:
-    """The issue's goals, each with the measured figure; never rounded in our favour."""
-    goals = []
-    temps = sorted({r["temperature"] for r in results})
-    by = lambda t, m: [r for r in results if r["temperature"] == t and r["method"] == m]  # noqa: E731
-    for t in temps:
-        for si in by(t, "specinfer"):
-            sq = [r for r in by(t, "sequoia") if r["nodes"] == si["nodes"]]
-            if sq:
-                ratio = sq[0]["tokens_per_step"] / si["tokens_per_step"]
-                goals.append({"goal": f"T={t:g}: Sequoia tokens/step >= 1.25x SpecInfer {si['label'].split()[1]} "
-                                      f"at {si['nodes']} nodes", "measured": ratio, "target": 1.25,
-                              "met": ratio >= 1.25, "detail": f"{sq[0]['tokens_per_step']:.2f} vs {si['tokens_per_step']:.2f}"})
-        for r in by(t, "sequoia") + by(t, "sequoia-auto"):
-            if r.get("predicted_tokens_per_step"):
-                err = r["tokens_per_step"] / r["predicted_tokens_per_step"] - 1
-                goals.append({"goal": f"T={t:g}: {r['label']} predicted tokens/step within 10 % of observed",
-                              "measured": err, "target": 0.10, "met": abs(err) <= 0.10,
-                              "detail": f"observed {r['tokens_per_step']:.2f}, predicted {r['predicted_tokens_per_step']:.2f}"})
-        seq = by(t, "sequoia") + by(t, "sequoia-auto")
-        auto = by(t, "sequoia-auto")
-        if auto and seq:
-            best = max(seq, key=lambda r: r["tokens_per_second"])
-            ratio = auto[0]["tokens_per_second"] / best["tokens_per_second"]
-            goals.append({"goal": f"T={t:g}: hardware-aware choice within 5 % of the best swept Sequoia tree (tokens/s)",
-                          "measured": ratio, "target": 0.95, "met": ratio >= 0.95,
-                          "detail": f"{auto[0]['label']} {auto[0]['tokens_per_second']:.2f} tok/s vs best "
-                                    f"{best['label']} {best['tokens_per_second']:.2f}"})
-        spec = [r for r in results if r["temperature"] == t and r["method"] != "ar"]
-        if spec:
-            worst = max(spec, key=lambda r: r["other_fraction"] or 0)
-            goals.append({"goal": f"T={t:g}: everything except model forwards <= 10 % of step time (worst method)",
-                          "measured": worst["other_fraction"], "target": 0.10,
-                          "met": (worst["other_fraction"] or 0) <= 0.10, "detail": worst["label"]})
-    marks = {0.0: {"code": 1.6, "prose": 1.1}, 0.7: {"code": 1.2, "prose": 1.1}}
-    for t in temps:
-        auto, chains = by(t, "sequoia-auto"), by(t, "chain")
-        seq = by(t, "sequoia") + auto
-        if not seq:
-            continue
-        best = max(seq, key=lambda r: r["tokens_per_second"])
-        for who, r in (("hardware-aware", auto[0] if auto else None), ("best swept", best)):
-            if r is None:
-                continue
-            for kind, target in marks.get(t, {}).items():
-                k = r["by_kind"].get(kind)
-                if k and k["speedup_vs_ar"] is not None:
-                    goals.append({"goal": f"T={t:g}: Sequoia ({who}, {r['label']}) tokens/s >= {target}x "
-                                          f"autoregressive on {kind} prompts",
-                                  "measured": k["speedup_vs_ar"], "target": target,
-                                  "met": k["speedup_vs_ar"] >= target})
-            if chains and t == 0.0:
-                bc = max(chains, key=lambda c: c["tokens_per_second"])
-                ratio = r["tokens_per_second"] / bc["tokens_per_second"]
-                goals.append({"goal": f"T=0: Sequoia ({who}, {r['label']}) tokens/s >= 1.15x the best chain",
-                              "measured": ratio, "target": 1.15, "met": ratio >= 1.15,
-                              "detail": f"best chain {bc['label']} {bc['tokens_per_second']:.2f} tok/s"})
-        for r in auto:
-            if r.get("predicted_tokens_per_second"):
-                err = r["tokens_per_second"] / r["predicted_tokens_per_second"] - 1
-                goals.append({"goal": f"T={t:g}: hardware-aware predicted tokens/s within 15 % of measured",
-                              "measured": err, "target": 0.15, "met": abs(err) <= 0.15,
-                              "detail": f"measured {r['tokens_per_second']:.2f}, predicted "
-                                        f"{r['predicted_tokens_per_second']:.2f}"})
-        base = by(t, "ar-default-kernels")
-        ar = by(t, "ar")
-        if base and ar:
-            ratio = ar[0]["tokens_per_second"] / base[0]["tokens_per_second"]
-            goals.append({"goal": f"T={t:g}: plain decoding on the fast CPU path >= 2.5x plain decoding on "
-                                  "--cpu-kernels default", "measured": ratio, "target": 2.5, "met": ratio >= 2.5,
-                          "detail": f"{ar[0]['tokens_per_second']:.2f} vs {base[0]['tokens_per_second']:.2f} tok/s"})
-    if 0.0 in temps:
-        seq = by(0.0, "sequoia") + by(0.0, "sequoia-auto")
-        mism = [r["label"] for r in by(0.0, "chain") + by(0.0, "specinfer") + seq if r.get("matches_ar") is False]
-        goals.append({"goal": "T=0: every method reproduces the autoregressive tokens", "measured": len(mism),
-                      "target": 0, "met": not mism, "detail": ", ".join(mism) or "all equal"})
-    return goals
+def step_yield(event) -> int:
+    """Tokens one step produced before any max-new-tokens cut: accepted nodes + the bonus."""
+    return sum(n.status == "accepted" for n in event.nodes) + any(n.status == "bonus" for n in event.nodes)
+
+
+LEARN_AFTER = 64  # tokens: rest_* compares the posterior after these with the rest of the run
+
+
+def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER) -> dict | None:
+    """The posterior after the first `after` generated tokens (start pooled with their censored
+    outcomes) predicts F(tree) for the rest of the run; compared with the rest's observed yield."""
+    seen, head = 0, []
+    for i, e in enumerate(events):
+        if seen >= after:
+            rest = events[i:]
+            post = learning.pooled(start, learning.events_evidence(head))
+            observed = sum(step_yield(x) for x in rest) / len(rest)
+            predicted = tree.expected_tokens(post)
+            return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,
+                    "rest_predicted_tokens_per_step": predicted, "rest_error": predicted / observed - 1}
+        head.append(e)
+        seen += len(e.new_token_ids)
+    return None

@@ -133,7 +133,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
         planned.append((lane, build_plan(pair, spec, settings, learn=learn, **_measuring(ctx))))
     yield Note("race", planned)
     if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs
-        warm = Settings(temperature=settings.temperature, top_p=settings.top_p,
+        warm = Settings(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                         max_new_tokens=warmup_tokens, seed=settings.seed, ignore_eos=True)
         for lane, result in planned:
             ctx.progress(None, f"warm-up (untimed): {lane}")
@@ -165,10 +165,10 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     return summaries
 
 
-def measure_job(ctx, temperature, top_p, sampler, prompts, force):
+def measure_job(ctx, temperature, top_p, sampler, prompts, force, top_k: int = 0):
     pair = ctx.pair
     if not force:
-        vec = profiler.cached_acceptance(pair, temperature, top_p, sampler)
+        vec = profiler.cached_acceptance(pair, temperature, top_p, sampler, top_k=top_k)
         if vec is not None:
             return vec
     prompts = prompts or ctx.worker.measure_prompts
@@ -176,7 +176,7 @@ def measure_job(ctx, temperature, top_p, sampler, prompts, force):
         prompts = default_prompts()
     vec = profiler.measure_acceptance(pair, prompts, temperature, top_p, sampler,
                                       tokens_per_prompt=ctx.worker.measure_tokens, progress=ctx.progress,
-                                      should_stop=ctx.should_stop)
+                                      should_stop=ctx.should_stop, top_k=top_k)
     vec.source = str(profiler.save_acceptance(pair, vec))
     return vec
 

@@ -6,7 +6,8 @@ Every decoding run therefore records what its steps cost - the target's verify s
 size, the draft's seconds against what the profile predicted for that tree, and the rest of the
 step - and `corrected` blends these into the profile:
 
-- t(n) at a tree size with at least MIN_SAMPLES observations: their median;
+- t(n) at a tree size with at least MIN_SAMPLES observations: their median; the other profiled
+  sizes are scaled by the median observed / profiled ratio, so the curve stays at one load level;
 - the draft curve: scaled by the median ratio observed / profiled;
 - per-step overhead (greedy and sampling kept apart): the median observed.
 
@@ -109,9 +110,14 @@ def corrected(prof, obs: Observations, sampling: bool):
     if prof is None or obs.steps == 0:
         return prof
     out = copy.deepcopy(prof)
-    for key, values in obs.target.items():
-        if len(values) >= MIN_SAMPLES:
-            out.target_seconds[int(key)] = statistics.median(values)
+    seen = {int(k): statistics.median(v) for k, v in obs.target.items() if len(v) >= MIN_SAMPLES}
+    ratios = [seen[n] / prof.target_seconds[n] for n in seen if prof.target_seconds.get(n)]
+    if ratios:
+        # sizes no run observed move to the observed level, so one curve never mixes a quiet
+        # profile with observations made under other load (that would fake a flat t(n))
+        level = statistics.median(ratios)
+        out.target_seconds = {n: t * level for n, t in prof.target_seconds.items()}
+    out.target_seconds.update(seen)
     mode = "sampling" if sampling else "greedy"
     ratios, other = obs.draft_ratio.get(mode, []), obs.other.get(mode, [])
     if len(ratios) >= MIN_SAMPLES and len(other) >= MIN_SAMPLES:

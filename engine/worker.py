@@ -237,9 +237,10 @@ class Worker:
             out["parameter_bytes"] = pair.model_bytes()
         return out
 
-    def cached_acceptance(self, temperature: float, top_p: float = 1.0, sampler: str = "sequoia"):
+    def cached_acceptance(self, temperature: float, top_p: float = 1.0, sampler: str = "sequoia", top_k: int = 0):
         pair = self._pair
-        return profiler.cached_acceptance(pair, temperature, top_p, sampler) if pair is not None else None
+        return (profiler.cached_acceptance(pair, temperature, top_p, sampler, top_k=top_k)
+                if pair is not None else None)
 
     def cached_profile(self):
         pair = self._pair
@@ -300,10 +301,11 @@ class Worker:
         return self.submit("race", jobs.race_job, prompt, list(specs), settings, chat, warmup_tokens, learn)
 
     def measure(self, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
-                prompts: list[str] | None = None, force: bool = False) -> Job:
+                prompts: list[str] | None = None, force: bool = False, top_k: int = 0) -> Job:
         """Acceptance vector for these settings (cached one unless force). Result: AcceptanceVector."""
-        Settings(temperature=temperature, top_p=top_p)  # validates
-        return self.submit("measure acceptance", jobs.measure_job, temperature, top_p, sampler, prompts, force)
+        Settings(temperature=temperature, top_p=top_p, top_k=top_k)  # validates
+        return self.submit("measure acceptance", jobs.measure_job, temperature, top_p, sampler, prompts, force,
+                           top_k)
 
     def profile(self, max_budget: int | None = None, force: bool = False) -> Job:
         """Device profile t(n) (cached one unless force). Result: DeviceProfile."""

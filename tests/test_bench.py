@@ -113,3 +113,15 @@ def test_bench_times_the_default_kernels_in_the_same_run_when_asked(tmp_path):
     refused = engine("bench", "--quick", "--draft", draft, "--target", target, "--compare-default-kernels",
                      "--cpu-kernels", "default")
     assert refused.returncode == 2 and "fast" in refused.stderr
+
+
+def test_bench_applies_top_k_to_its_runs_and_vectors(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path / "cache"))  # measured here, kept out of the user cache
+    draft, target = tiny_pair_dirs("llama")
+    out = tmp_path / "bench.json"
+    run = engine("bench", "--quick", "--draft", draft, "--target", target, "--temperatures", "0.7", "--top-k", "3",
+                 "--json", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["config"]["top_k"] == 3
+    assert report["acceptance"]["0.7"]["top_k"] == 3

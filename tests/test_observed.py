@@ -29,11 +29,24 @@ def test_observed_costs_replace_profiled_points_after_enough_samples(tmp_path, m
     assert obs.steps == 5 and len(obs.target["4"]) == 5
     fixed = observed.corrected(prof, observed.load("key"), sampling=False)
     assert fixed.target_seconds[4] == pytest.approx(0.114)  # the median observed, not 0.4
-    assert fixed.target_seconds[1] == prof.target_seconds[1]  # nothing observed there: kept
+    # nothing observed at n = 1 or 8: the profiled values move to the observed level (x 0.114 / 0.4)
+    assert fixed.target_seconds[1] == pytest.approx(0.1 * 0.114 / 0.4)
+    assert fixed.target_seconds[8] == pytest.approx(0.8 * 0.114 / 0.4)
     assert fixed.draft_seconds[1] == pytest.approx(0.05 * 0.02 / 0.10)  # scaled by observed / profiled
     assert prof.target_seconds[4] == 0.4 and "observed steps" in fixed.source  # the profile itself untouched
     # greedy and sampling overheads are kept apart: nothing observed at T > 0 yet
     assert observed.corrected(prof, observed.load("key"), sampling=True).draft_seconds == prof.draft_seconds
+
+
+def test_observations_made_under_other_load_never_mix_with_the_profile(tmp_path, monkeypatch):
+    """Runs slowed by something else (say a browser drawing on the same cores) observed t(1) at
+    3x the profile; the unobserved t(2) must not stay at its quiet value, or t(2)/t(1) would look
+    three times cheaper than it is."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    prof = profile({1: 0.1, 2: 0.105, 4: 0.11, 8: 0.16}, {1: 0.03})
+    observed.record_run("slow", prof, [step(Tree((-1,)), i, 0.3, 0.0) for i in range(2, 6)], sampling=False)
+    fixed = observed.corrected(prof, observed.load("slow"), sampling=False)
+    assert fixed.target_seconds[2] / fixed.target_seconds[1] == pytest.approx(1.05)
 
 
 def test_too_few_observations_change_nothing(tmp_path, monkeypatch):
@@ -62,7 +75,9 @@ def test_a_profile_taken_under_load_stops_steering_the_plan(tmp_path, monkeypatc
     busy = profile({1: 0.1, 2: 0.3, 4: 0.6, 8: 1.2}, {1: 0.03, 2: 0.03, 4: 0.04, 8: 0.05})
     assert planning.hardware_aware(acceptance, busy, 8, 4).n == 1
     events = []
-    for tree in (Tree.chain(2), Tree.from_branching([2, 1, 0, 0]), Tree.from_branching([3, 2, 1, 0, 0, 1, 0, 0])):
+    # as a race would: plain decoding (n = 1) and trees of 2, 4 and 8 nodes, all on the quiet machine
+    for tree in (Tree((-1,)), Tree.chain(2), Tree.from_branching([2, 1, 0, 0]),
+                 Tree.from_branching([3, 2, 1, 0, 0, 1, 0, 0])):
         events += [step(tree, i, 0.1 + 0.003 * tree.size, 0.03 * (tree.depth - 1)) for i in range(2, 6)]
     observed.record_run("busy", busy, events, sampling=False)
     fixed = observed.corrected(busy, observed.load("busy"), sampling=False)

@@ -204,3 +204,14 @@ def test_failed_load_keeps_the_loaded_pair(worker, tmp_path):
         job.wait(30)
     assert worker.pair is before
     assert worker.status()["pair"]["target"] == before.target_name
+
+
+def test_measure_and_cached_acceptance_keep_top_k_apart(worker):
+    """A vector measured with top-k is stored under its own key and found only with that top-k
+    (the Planner tab's Measure button and its chart pass the Live tab's top-k)."""
+    plain = worker.measure(0.9, 1.0).wait(300)
+    assert plain.top_k == 0 and worker.cached_acceptance(0.9, 1.0) is not None
+    assert worker.cached_acceptance(0.9, 1.0, top_k=3) is None
+    cut = worker.measure(0.9, 1.0, top_k=3).wait(300)
+    assert cut.top_k == 3 and cut.source != plain.source
+    assert worker.cached_acceptance(0.9, 1.0, top_k=3).probabilities == cut.probabilities

@@ -26,6 +26,8 @@ def register(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per prompt and method (default 32)")
     p.add_argument("--temperatures", default=None, help="comma-separated, 0 = greedy (default 0,0.7)")
     p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--top-k", type=int, default=None,
+                   help="keep the k most likely tokens (transformers' top_k, after temperature, before top-p); 0 = off")
     p.add_argument("--budgets", default=None, help="Sequoia node budgets, root included (default 4,8,16,32)")
     p.add_argument("--max-depth", type=int, default=None,
                    help="depth bound (levels, root included) given to the DP; the DP picks the depth (default 16)")
@@ -106,7 +108,7 @@ def config_from_args(args) -> bench.BenchConfig:
         changes["chain_depths"] = _ints(args.chain_depths, "chain-depths", minimum=2)
     if args.specinfer is not None:
         changes["specinfer"] = _shapes(args.specinfer)
-    for flag, key in (("max_new_tokens", "max_new_tokens"), ("top_p", "top_p"), ("max_depth", "max_depth"),
+    for flag, key in (("max_new_tokens", "max_new_tokens"), ("top_p", "top_p"), ("top_k", "top_k"), ("max_depth", "max_depth"),
                       ("auto_max_budget", "auto_max_budget"), ("seed", "seed"), ("warmup_tokens", "warmup_tokens"),
                       ("acceptance_tokens", "acceptance_tokens"), ("acceptance_prompts", "acceptance_prompts"),
                       ("profile_repeats", "profile_repeats")):
@@ -123,7 +125,7 @@ def config_from_args(args) -> bench.BenchConfig:
 def _validate(c: bench.BenchConfig) -> None:
     from engine.settings import Settings
     for t in c.temperatures:
-        Settings(temperature=t, top_p=c.top_p, max_new_tokens=c.max_new_tokens, seed=c.seed)
+        Settings(temperature=t, top_p=c.top_p, top_k=c.top_k, max_new_tokens=c.max_new_tokens, seed=c.seed)
     if c.max_depth < 2:
         raise UserError(f"--max-depth must be at least 2 (got {c.max_depth})")
     if max(c.budgets) > 256 or c.auto_max_budget > 256:

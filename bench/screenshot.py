@@ -1,10 +1,11 @@
-"""Screenshot the Race tab's default run on a running app (README's Results picture):
+"""Screenshot the Race tab's (or the Live tab's) default run on a running app (README pictures):
 
     .venv/bin/python app.py &          # the embedded pair; wait for "pair ready"
-    .venv/bin/python bench/screenshot_race.py --url http://127.0.0.1:7860 --out assets/race.png
+    .venv/bin/python bench/screenshot.py --url http://127.0.0.1:7860 --out assets/race.png
+    .venv/bin/python bench/screenshot.py --tab live --out assets/screenshot.png
 
-Opens the page in headless Debian Chromium, switches to the Race tab, presses Start race with
-the page's defaults, waits for the verdict, and saves a full-page PNG. Prints the lane table.
+Opens the page in headless Debian Chromium, presses Start race (or Generate) with the page's
+defaults, waits for the end, and saves a PNG. Prints the lane table (or the status line).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.chromium import browsers  # noqa: E402
+from tests.chromium import DONE_OR_ERROR, browsers  # noqa: E402
 
 
 def main() -> int:
@@ -22,10 +23,21 @@ def main() -> int:
     p.add_argument("--url", default="http://127.0.0.1:7860")
     p.add_argument("--out", default="assets/race.png")
     p.add_argument("--timeout", type=int, default=900, help="seconds to wait for the race")
+    p.add_argument("--tab", choices=["race", "live"], default="race")
     args = p.parse_args()
     with browsers(1, timeout_ms=args.timeout * 1000) as (page,):
         page.set_viewport_size({"width": 1400, "height": 1000})
         page.goto(args.url)
+        if args.tab == "live":
+            page.wait_for_selector("#sq-generate")
+            page.click("#sq-generate")
+            page.wait_for_function(DONE_OR_ERROR, timeout=args.timeout * 1000)
+            page.wait_for_timeout(1500)
+            print(page.locator("#sq-live-status").inner_text())
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=args.out)
+            print(f"saved {args.out}")
+            return 0
         page.get_by_role("tab", name="Race").click()
         page.wait_for_selector("#sq-race-start")
         page.click("#sq-race-start")
