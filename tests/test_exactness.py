@@ -59,6 +59,22 @@ def fresh_logits(model, seq):
     return attention.forward_causal(model, DynamicCache(config=model.config), seq)[-1]
 
 
+def assert_caches_hold(pair, decoder, seq):
+    """After a step, both caches hold exactly the committed sequence (copies are probed)."""
+    # target: cache holds seq[:-1]; feeding the root must give the fresh forward's logits
+    cache = copy.deepcopy(decoder.target_cache)
+    assert cache.get_seq_length() == len(seq) - 1
+    got = attention.forward(pair.target, cache, [seq[-1]], [len(seq) - 1],
+                            attention.causal_visibility(len(seq) - 1, 1, pair.device))[-1]
+    torch.testing.assert_close(got, fresh_logits(pair.target, seq), atol=1e-4, rtol=1e-4)
+    # draft: cache holds a prefix of seq; feeding the rest must match too
+    cache = copy.deepcopy(decoder.draft_cache)
+    held = cache.get_seq_length()
+    assert held == decoder.draft_len and held < len(seq)
+    got = attention.forward_causal(pair.draft, cache, seq[held:])[-1]
+    torch.testing.assert_close(got, fresh_logits(pair.draft, seq), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_caches_hold_exactly_the_committed_sequence(temperature):
     pair = tiny_pair("llama")
@@ -69,19 +85,7 @@ def test_caches_hold_exactly_the_committed_sequence(temperature):
     for event in decoder.run(ids):
         if event.done:
             break
-        seq = ids + event.token_ids
-        # target: cache holds seq[:-1]; feeding the root must give the fresh forward's logits
-        cache = copy.deepcopy(decoder.target_cache)
-        assert cache.get_seq_length() == len(seq) - 1
-        got = attention.forward(pair.target, cache, [seq[-1]], [len(seq) - 1],
-                                attention.causal_visibility(len(seq) - 1, 1, pair.device))[-1]
-        torch.testing.assert_close(got, fresh_logits(pair.target, seq), atol=1e-4, rtol=1e-4)
-        # draft: cache holds a prefix of seq; feeding the rest must match too
-        cache = copy.deepcopy(decoder.draft_cache)
-        held = cache.get_seq_length()
-        assert held == decoder.draft_len and held < len(seq)
-        got = attention.forward_causal(pair.draft, cache, seq[held:])[-1]
-        torch.testing.assert_close(got, fresh_logits(pair.draft, seq), atol=1e-4, rtol=1e-4)
+        assert_caches_hold(pair, decoder, ids + event.token_ids)
         steps += 1
     assert steps > 5
 

@@ -15,8 +15,9 @@ from engine.errors import UserError
 from engine.models import encode_prompt, eos_ids, generation_defaults, load_pair
 from engine.settings import Settings
 from engine.tree import Tree
-from tests.test_exactness import (DIST_CHARS, DIST_METHODS, chi_square_pvalue, exact_two_token_distribution,
-                                  fresh_logits, greedy_reference, shapes, two_token_samples)
+from tests.test_exactness import (DIST_CHARS, DIST_METHODS, assert_caches_hold, chi_square_pvalue,
+                                  exact_two_token_distribution, fresh_logits, greedy_reference, shapes,
+                                  two_token_samples)
 from tests.tiny import MATRIX, REFUSED, WINDOW, save_pair, tiny_pair
 
 MATRIX_TOKENS = 20
@@ -102,19 +103,10 @@ def test_sliding_caches_hold_exactly_the_committed_sequence(family, temperature)
         if event.done:
             break
         seq = ids + event.token_ids
-        cache = copy.deepcopy(decoder.target_cache)
-        assert cache.get_seq_length() == len(seq) - 1
-        for layer in cache.layers:
+        for layer in decoder.target_cache.layers:
             if isinstance(layer, attention.TreeWindowLayer):
                 assert layer.keys.shape[-2] == min(len(seq) - 1, WINDOW - 1) and not layer.pending
-        got = attention.forward(pair.target, cache, [seq[-1]], [len(seq) - 1],
-                                attention.causal_visibility(len(seq) - 1, 1, pair.device))[-1]
-        torch.testing.assert_close(got, fresh_logits(pair.target, seq), atol=1e-4, rtol=1e-4)
-        cache = copy.deepcopy(decoder.draft_cache)
-        held = cache.get_seq_length()
-        assert held == decoder.draft_len and held < len(seq)
-        got = attention.forward_causal(pair.draft, cache, seq[held:])[-1]
-        torch.testing.assert_close(got, fresh_logits(pair.draft, seq), atol=1e-4, rtol=1e-4)
+        assert_caches_hold(pair, decoder, seq)
         checked += 1
     assert checked > 5 and len(seq) > 3 * WINDOW
 
