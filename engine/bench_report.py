@@ -132,6 +132,13 @@ def plot(report: dict, path: str | Path) -> Path:
     names = [Path(str(report['pair'][k])).name for k in ("draft", "target")]
     fig.suptitle(f"{names[0]} -> {names[1]} on {m.get('gpu') or m.get('processor')} "
                  f"({m.get('device')}, {m.get('dtype')})", fontsize=10)
+    return save_figure(fig, path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Write a matplotlib figure as PNG (folders created) and free it; the bench and the
+    synthetic profile plot the same way."""
+    import matplotlib.pyplot as plt
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

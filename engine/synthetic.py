@@ -206,6 +206,7 @@ def knee(target_seconds: dict) -> int | None:
 
 
 def plot_profile(report: dict, path: str | Path) -> Path:
+    from engine.bench_report import save_figure
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -241,12 +242,7 @@ def plot_profile(report: dict, path: str | Path) -> Path:
     dev = prof.get("machine", {}).get("gpu") or prof.get("machine", {}).get("processor") or prof.get("device")
     fig.suptitle(f"synthetic {report['draft_size']} -> {report['target_size']} ({prof['dtype']}) on {dev}; "
                  "random weights, timing only", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ------------------------------------------------------------------ CLI glue for `profile`
