@@ -1,12 +1,16 @@
 """The embedded default pair: chunk lookup, verified assembly, crash-safe conversion.
 
-Fast tests use tiny fake chunk packages and a fake converter; the `slow` test uses the real
-installed packages (minutes on a cold cache, seconds once converted)."""
+Fast tests use tiny fake chunk packages and a fake converter (tests/embedded_fakes.py where child
+processes prepare both models at once); the `slow` test uses the real installed packages (minutes
+on a cold cache, seconds once converted)."""
 import hashlib
 import json
+import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +18,7 @@ import pytest
 
 from engine import embedded
 from engine.embedded import DRAFT, SOURCE_FILE, TARGET, ModelSpec, UserError
+from tests import embedded_fakes
 
 PARTS = [b"GGUF" + b"a" * 1000, b"b" * 777, b"c" * 5]
 BLOB = b"".join(PARTS)
@@ -196,6 +201,148 @@ def test_default_pair_fails_fast_on_missing_package(fake, monkeypatch):
     with pytest.raises(UserError, match="sequoia-never-installed-part1"):
         embedded.ensure_default_pair(lambda *a: None)
     assert calls == []  # nothing converted before the error
+
+
+# ---- both models at once: one child process each (spawn), the parent holding the lock
+
+PARTS2 = [b"GGUF" + b"t" * 2000, b"u" * 300]
+
+
+@pytest.fixture
+def pair(fake, tmp_path, monkeypatch):
+    """A draft and a target over fake packages, as the default pair, with an export function that
+    the child processes can import (tests/embedded_fakes.py)."""
+    draft, _ = fake
+    prefix = draft.package_prefix.replace("-part", "-tgt-part")
+    make_packages(tmp_path / "site", prefix, PARTS2)
+    blob = b"".join(PARTS2)
+    target = ModelSpec(role="target", repo="Test/Fake-Target", package_prefix=prefix, version="1.0",
+                       count=len(PARTS2), size=len(blob), sha256=hashlib.sha256(blob).hexdigest(),
+                       gguf_name="fake-target.gguf", folder_bytes=1000)
+    monkeypatch.setattr(embedded, "DEFAULT_PAIR", (draft, target))
+    monkeypatch.setattr(embedded, "_export_hf", embedded_fakes.export)
+    monkeypatch.setattr(embedded, "_usable_cpus", lambda: 2)  # side by side even on a 1-core runner
+    monkeypatch.delenv(embedded.SERIAL_ENV, raising=False)
+    return draft, target
+
+
+def leftovers():
+    root = embedded.cache_dir() / embedded.DEFAULT_NAME
+    return list(root.glob(".*tmp*")) + list(root.glob("*.gguf"))
+
+
+def pids(*folders):
+    return [int((folder / "pid").read_text()) for folder in folders]
+
+
+def test_default_pair_prepared_side_by_side(pair, tmp_path, monkeypatch):
+    draft, target = pair
+    (tmp_path / "meet").mkdir()
+    monkeypatch.setenv(embedded_fakes.RENDEZVOUS, str(tmp_path / "meet"))  # each export waits for the other
+    seen = []
+    draft_dir, target_dir = embedded.ensure_default_pair(lambda *a: seen.append(a))
+    assert embedded.is_ready(draft_dir, draft) and embedded.is_ready(target_dir, target)
+    assert (draft_dir / "model.safetensors").read_bytes() == BLOB
+    assert (target_dir / "model.safetensors").read_bytes() == b"".join(PARTS2)
+    draft_pid, target_pid = pids(draft_dir, target_dir)
+    assert len({draft_pid, target_pid, os.getpid()}) == 3  # two children, neither of them this process
+    source = json.loads((target_dir / SOURCE_FILE).read_text())
+    assert source["role"] == "target" and "assemble_s" in source and "convert_s" in source
+    assert not leftovers()
+    # the children's progress reached this callback: one assembly step for both files, then each conversion
+    assembling = [a for a in seen if a[0] == "assemble"]
+    assert assembling[-1][1] == 1.0 and "fake.gguf and fake-target.gguf" in assembling[-1][2]
+    assert [f for _, f, _ in assembling] == sorted(f for _, f, _ in assembling)  # never goes back
+    assert ("convert", 1.0, "converted fake.gguf") in seen and ("convert", 1.0, "converted fake-target.gguf") in seen
+    assert seen[-1][0] == "ready"
+    # warm: nothing to do, no process started
+    monkeypatch.setattr(embedded, "_prepare_side_by_side", lambda *a: pytest.fail("started again"))
+    assert embedded.ensure_default_pair(lambda *a: None) == (draft_dir, target_dir)
+
+
+def test_child_user_error_surfaces_and_nothing_is_left(pair, tmp_path, monkeypatch):
+    draft, target = pair
+    (tmp_path / "meet").mkdir()
+    monkeypatch.setenv(embedded_fakes.RENDEZVOUS, str(tmp_path / "meet"))
+    monkeypatch.setattr(embedded, "_export_hf", embedded_fakes.target_fails)
+    start = time.monotonic()
+    with pytest.raises(UserError, match="fake target conversion failed on purpose"):
+        embedded.ensure_default_pair(lambda *a: None)
+    assert time.monotonic() - start < embedded_fakes.WAIT_S  # the draft's process was stopped, not awaited
+    root = embedded.cache_dir() / embedded.DEFAULT_NAME
+    assert not embedded.is_ready(root / draft.folder_name, draft)
+    assert not embedded.is_ready(root / target.folder_name, target)
+    assert not list(root.glob(".*.tmp-*"))  # both temp folders gone: the failed one and the stopped one
+
+
+def test_child_hash_error_is_the_sequential_message(pair, tmp_path):
+    draft, target = pair
+    part = tmp_path / "site" / f"{target.package_prefix.replace('-', '_')}2" / "data" / "part02.bin"
+    part.write_bytes(b"v" * len(PARTS2[1]))  # same size, other bytes
+    with pytest.raises(UserError) as side_by_side:
+        embedded.ensure_default_pair(lambda *a: None)
+    msg = str(side_by_side.value)
+    assert "fake-target.gguf failed its hash check" in msg and target.pip_command() in msg
+    assert not list((embedded.cache_dir() / embedded.DEFAULT_NAME).glob(".*tmp*"))
+    with pytest.raises(UserError) as alone:
+        embedded.ensure_model(target, lambda *a: None)
+    assert str(alone.value) == msg
+
+
+def test_child_killed_midway_is_an_error_and_nothing_is_left(pair, monkeypatch):
+    monkeypatch.setattr(embedded, "_export_hf", embedded_fakes.target_dies)
+    with pytest.raises(RuntimeError, match="target model: its process ended unexpectedly"):
+        embedded.ensure_default_pair(lambda *a: None)
+    root = embedded.cache_dir() / embedded.DEFAULT_NAME
+    assert not list(root.glob(".*.tmp-*"))
+    assert (root / "fake-target.gguf").read_bytes() == b"".join(PARTS2)  # verified, kept for the next start
+
+
+def test_serial_env_prepares_in_this_process(pair, monkeypatch):
+    monkeypatch.setenv(embedded.SERIAL_ENV, "1")
+    folders = embedded.ensure_default_pair(lambda *a: None)
+    assert pids(*folders) == [os.getpid(), os.getpid()]
+    assert not leftovers()
+
+
+def test_only_one_missing_is_prepared_in_this_process(pair, monkeypatch):
+    draft, target = pair
+    draft_dir = embedded.ensure_model(draft, lambda *a: None)
+    monkeypatch.setattr(embedded, "_prepare_side_by_side", lambda *a: pytest.fail("one model needs no processes"))
+    assert embedded.ensure_default_pair(lambda *a: None) == (draft_dir, draft_dir.parent / target.folder_name)
+    assert pids(draft_dir.parent / target.folder_name) == [os.getpid()]
+
+
+def test_too_little_ram_for_both_goes_one_after_the_other(pair, monkeypatch, caplog):
+    monkeypatch.setattr(embedded, "_available_ram", lambda: 1000)  # less than both conversions' estimate
+    with caplog.at_level("INFO"):
+        folders = embedded.ensure_default_pair(lambda *a: None)
+    assert pids(*folders) == [os.getpid(), os.getpid()]
+    assert "not enough free disk or RAM" in caplog.text
+
+
+@pytest.mark.parametrize("how, why", [("start fails", "OSError: no more processes"),
+                                      ("unpicklable export", "could not start the processes"),
+                                      ("child dies at once", "exit code 3 before it began")])
+def test_falls_back_to_one_after_the_other(pair, monkeypatch, caplog, how, why):
+    calls = []
+    if how == "start fails":
+        def refuse(self):
+            raise OSError("no more processes")
+        monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", refuse)
+    elif how == "unpicklable export":
+        def closure(gguf, out, progress):  # what the `fake` fixture installs: cannot reach a child
+            calls.append(gguf.name)
+            embedded_fakes.export(gguf, out, progress)
+        monkeypatch.setattr(embedded, "_export_hf", closure)
+    else:
+        monkeypatch.setattr(embedded, "_prepare_worker", embedded_fakes.worker_dies)
+    with caplog.at_level("WARNING"):
+        folders = embedded.ensure_default_pair(lambda *a: None)
+    assert pids(*folders) == [os.getpid(), os.getpid()]
+    assert why in caplog.text and "one after the other" in caplog.text
+    assert calls == (["fake.gguf", "fake-target.gguf"] if how == "unpicklable export" else [])
+    assert not leftovers()
 
 
 @pytest.fixture
