@@ -31,6 +31,9 @@ How a run is made (so that the numbers can be trusted and compared):
   the measured vector), so predicted vs observed compares the measured vector. With runs of
   more than LEARN_AFTER tokens, `rest_*` says how well the posterior after the first LEARN_AFTER
   tokens predicts the rest of the run.
+- `learning_check` (off by default): after every other lane, one learning run of the
+  hardware-aware plan per temperature on a code and a prose prompt, re-planning until
+  learning_check_after (64) tokens and frozen after; see engine/bench_learning.py.
 """
 from __future__ import annotations
 
@@ -60,6 +63,7 @@ from engine.tree import Tree
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+LEARN_AFTER = 64  # tokens: rest_* (and --learning-check) compare the posterior after these with the rest
 
 
 # ------------------------------------------------------------------ configuration
@@ -88,6 +92,9 @@ class BenchConfig:
     fresh: bool = False                               # measure acceptance + profile even if cached
     learn: bool = True                                # store what runs observe (engine/learning.py)
     compare_default_kernels: bool = False             # also time plain decoding on --cpu-kernels default
+    learning_check: bool = False                      # issue 15: learning's prediction after 64 tokens
+    learning_check_tokens: int = 256                  # tokens the check runs after the boundary
+    learning_check_after: int = LEARN_AFTER           # the boundary (generated tokens)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -326,10 +333,12 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     runs: list[dict] = []
     acceptance_info: dict[str, dict] = {}
     specs_by_t: dict[float, list[MethodSpec]] = {}
+    vectors = {}
     loads = []
     for temperature in config.temperatures:
         vec, info = _acceptance(pair, config, temperature, acc_texts, say)
         acceptance_info[_tkey(temperature)] = info
+        vectors[temperature] = vec
         specs = build_methods(config, temperature, vec.probabilities, prof)
         specs_by_t[temperature] = specs
         say(f"T={temperature}: {len(specs)} methods: " + ", ".join(s.key for s in specs))
@@ -355,6 +364,10 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                 say(f"T={temperature} prompt {i + 1}/{len(prompts)} {s.key:<24s} {r['tokens']:3d} tok "
                     f"{r['steps']:3d} steps {r['tokens_per_second']:6.2f} tok/s {r['tokens_per_step']:5.2f} tok/step "
                     f"(load {load[0] if load else '?'}; {time.perf_counter() - wall0:.0f} s elapsed)")
+    check = None
+    if config.learning_check:  # after every other lane: its evidence never reaches them
+        from engine import bench_learning
+        check = bench_learning.run_check(pair, prompts, config, vectors, prof, say)
     machine["load_average_end"] = load_average()
     seen = [x for x in loads if x is not None]
     if seen:
@@ -369,7 +382,9 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     results = aggregate(runs, specs_by_t)
     out = {"machine": machine, "pair": pair.describe(), "config": config.to_dict(),
            "prompts": [asdict(p) for p in prompts], "acceptance": acceptance_info, "profile": prof_info,
-           "results": results, "goals": bench_goals.evaluate_goals(results) + bench_goals.loaded_pair_goals(pair, prof),
+           "results": results, "goals": (bench_goals.evaluate_goals(results) + bench_goals.loaded_pair_goals(pair, prof)
+                                         + bench_goals.learning_check_goals(check)),
+           "learning_check": check,
            "started_at": started, "wall_seconds": time.perf_counter() - wall0,
            "definitions": DEFINITIONS,
            "runs": [{k: v for k, v in r.items() if k not in ("token_ids", "evidence", "events")} for r in runs]}
@@ -404,6 +419,9 @@ DEFINITIONS = {
     "learn": "config.learn: each run's censored acceptance outcomes were stored (engine/learning.py)",
     "rest_error": "learning check on runs longer than LEARN_AFTER tokens: F(tree) under the posterior after the "
                   "first LEARN_AFTER tokens over the rest's observed tokens/step, minus 1",
+    "learning_check": "--learning-check: per temperature and prompt kind, F(frozen tree) under the posterior at the "
+                      "first step boundary at or after learning_check_after tokens over the rest's observed "
+                      "tokens/step (counted as tokens_per_step), minus 1 (engine/bench_learning.py)",
     "speedup_vs_ar": "median over prompts of tokens/s divided by autoregressive tokens/s on the same prompt, same run",
     "draft_seconds": "sum over prompts of the engine's draft timer (draft forwards + drafting children)",
     "verify_seconds": "sum over prompts of the engine's verify timer (one target forward per step)",
@@ -526,9 +544,6 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
 def step_yield(event) -> int:
     """Tokens one step produced before any max-new-tokens cut: accepted nodes + the bonus."""
     return sum(n.status == "accepted" for n in event.nodes) + any(n.status == "bonus" for n in event.nodes)
-
-
-LEARN_AFTER = 64  # tokens: rest_* compares the posterior after these with the rest of the run
 
 
 def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER) -> dict | None:

@@ -48,7 +48,7 @@ def format_goals(report: dict) -> str:
     lines = []
     for g in report["goals"]:
         m = g["measured"]
-        shown = f"{m:+.1%}" if "within 10 %" in g["goal"] else (f"{m:.0%}" if "10 % of step" in g["goal"]
+        shown = "not measured" if m is None else f"{m:+.1%}" if "within 10 %" in g["goal"] else (f"{m:.0%}" if "10 % of step" in g["goal"]
                                                                else (f"{m}" if isinstance(m, int) else f"{m:.2f}"))
         lines.append(f"[{'met' if g['met'] else 'NOT met'}] {g['goal']}: {shown}"
                      + (f" ({g['detail']})" if g.get("detail") else ""))

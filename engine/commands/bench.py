@@ -53,6 +53,15 @@ def register(sub) -> None:
     p.add_argument("--learn", action=argparse.BooleanOptionalAction, default=True,
                    help="store each run's acceptance outcomes as learned evidence (the trees under test stay "
                         "fixed; the JSON records config.learn)")
+    p.add_argument("--learning-check", action="store_true",
+                   help="after the other lanes, per temperature one learning run of the hardware-aware plan on "
+                        "the first code and the first prose prompt: the prediction at the first step boundary "
+                        "after --learning-check-after tokens against the rest of the run, the tree frozen there "
+                        "(issue 15's goal; off by default)")
+    p.add_argument("--learning-check-tokens", type=int, default=None, metavar="N",
+                   help="with --learning-check: tokens generated after the boundary (default 256)")
+    p.add_argument("--learning-check-after", type=int, default=None, metavar="K",
+                   help="with --learning-check: the boundary in generated tokens (default 64, the goal's figure)")
     p.add_argument("--fresh", action="store_true",
                    help="measure acceptance vectors and the device profile in this run even if cached")
     p.add_argument("--quick", action="store_true",
@@ -111,12 +120,13 @@ def config_from_args(args) -> bench.BenchConfig:
     for flag, key in (("max_new_tokens", "max_new_tokens"), ("top_p", "top_p"), ("top_k", "top_k"), ("max_depth", "max_depth"),
                       ("auto_max_budget", "auto_max_budget"), ("seed", "seed"), ("warmup_tokens", "warmup_tokens"),
                       ("acceptance_tokens", "acceptance_tokens"), ("acceptance_prompts", "acceptance_prompts"),
-                      ("profile_repeats", "profile_repeats")):
+                      ("profile_repeats", "profile_repeats"), ("learning_check_tokens", "learning_check_tokens"),
+                      ("learning_check_after", "learning_check_after")):
         if getattr(args, flag) is not None:
             changes[key] = getattr(args, flag)
     changes.update(match_specinfer=not args.no_match_specinfer, auto=not args.no_auto, ignore_eos=args.ignore_eos,
                    chat=args.chat, fresh=args.fresh, compare_default_kernels=args.compare_default_kernels,
-                   learn=getattr(args, "learn", True))
+                   learn=getattr(args, "learn", True), learning_check=getattr(args, "learning_check", False))
     config = bench.BenchConfig(**{**base.__dict__, **changes})
     _validate(config)
     return config
@@ -134,6 +144,8 @@ def _validate(c: bench.BenchConfig) -> None:
         raise UserError(f"--auto-max-budget must be at least 1 (got {c.auto_max_budget})")
     if c.warmup_tokens < 0 or c.acceptance_tokens < 1 or c.profile_repeats < 1:
         raise UserError("--warmup-tokens must be >= 0, --acceptance-tokens and --profile-repeats >= 1")
+    if c.learning_check_tokens < 1 or c.learning_check_after < 0:
+        raise UserError("--learning-check-tokens must be >= 1 and --learning-check-after >= 0")
 
 
 def run(args) -> int:
@@ -156,6 +168,10 @@ def run(args) -> int:
     print(bench_report.format_table(report))
     print()
     print(bench_report.format_goals(report))
+    if report.get("learning_check"):
+        from engine import bench_learning
+        print()
+        print(bench_learning.format_check(report["learning_check"]))
     if args.json_out:
         print(f"JSON: {bench_report.write_json(report, args.json_out)}", file=sys.stderr)
     if args.plot:

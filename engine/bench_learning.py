@@ -1,0 +1,159 @@
+"""`python -m engine bench --learning-check` (issue 15 goal): with learning on, after the first
+AFTER (64) generated tokens, does the plan's predicted tokens/step hold for the rest of the run?
+
+Protocol, at each bench temperature, for the first code and the first prose prompt of the bench's
+prompts (the first shipped example of that kind, engine/prompts.py, when the bench's set has none):
+- ONE generation of the hardware-aware Sequoia plan (sequoia-auto with the bench's device profile
+  and search bounds; the DP tree of the largest bench budget under --no-auto), AFTER + TOKENS new
+  tokens, ignore_eos, learning ON: planning.Replanner(learn=True) from the bench's vector pooled
+  with the evidence earlier runs stored (learning.with_stored: what build_plan does with learn=True);
+- at the first step boundary at or after AFTER generated tokens it takes the tree the Replanner
+  gives for the next step and the learner's posterior at that moment: predicted tokens/step =
+  tree.expected_tokens(posterior). From then on the tree is FROZEN: the Replanner is not asked
+  again, so the prediction is about the tree that actually runs;
+- observed = the rest's step yields over its steps, by bench.rest_of_run (the same boundary; a last
+  step cut by max-new-tokens counts its full verified yield, bench.step_yield: the issue 15 fix).
+It runs after the bench's other lanes, and its evidence is stored (only with --learn) after all of
+its runs: every check run starts from the same store, and no other lane of the run sees it."""
+from __future__ import annotations
+
+import time
+
+from engine import bench, learning, planning
+from engine import methods as M
+from engine.decoding import generate
+from engine.models import encode_prompt
+from engine.prompts import Prompt, prompt_mix
+from engine.settings import Settings
+
+KINDS = ("code", "prose")
+FROZEN = ("the tree is frozen at the first step boundary at or after {after} generated tokens: "
+          "no re-plans after it, so the prediction is about the tree that ran")
+
+
+def check_prompts(prompts: list[Prompt]) -> list[tuple[Prompt, int | None]]:
+    """(prompt, index in the bench's prompts or None for a shipped example) per kind."""
+    out = []
+    for kind in KINDS:
+        i = next((i for i, p in enumerate(prompts) if p.kind == kind), None)
+        out += [(prompts[i], i)] if i is not None else [(p, None) for p in prompt_mix({kind: 1})]
+    return out
+
+
+def learning_plan(pair, config, settings: Settings, vec, prof) -> planning.PlanResult:
+    """The plan the check runs: sequoia-auto (or the DP tree of the largest budget without a
+    profile or under --no-auto) for `vec` pooled with the stored evidence of these settings."""
+    if config.auto and prof is not None:
+        spec = planning.MethodSpec("sequoia-auto", config.auto_max_budget, config.max_depth)
+    else:
+        n = max(config.budgets)
+        spec = planning.MethodSpec("sequoia", n, config.max_depth if n > 1 else 1)
+    key = planning.learning_key(pair, settings)
+    stored = learning.load(key)
+    start = learning.with_stored(vec, stored)
+    tree = planning.plan_from_vector(spec, start.probabilities, prof, not settings.greedy)
+    return planning.PlanResult(spec, M.sequoia(tree, name=spec.kind), tree.expected_tokens(start.probabilities),
+                               start, start.source, True, prof, base_acceptance=vec,
+                               learned={"key": key, "positions": int(stored.nodes), "runs": stored.runs})
+
+
+def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int):
+    """One learning run frozen at the boundary: (row of figures, the Replanner holding its evidence)."""
+    replan = planning.Replanner(pair, result, settings, learn=True)
+    learner = replan.learner
+    seen, frozen = 0, {}
+
+    def plan():
+        if frozen:
+            return frozen["tree"]
+        tree = replan()
+        if learner is not None and seen >= after:  # the step boundary: freeze
+            frozen.update(tree=tree, posterior=list(learner.posterior), replans=replan.replans,
+                          positions=int(learner.run.nodes), tokens=seen)
+        return tree
+
+    steps, last, t0 = [], None, time.perf_counter()
+    for event in generate(pair, prompt_ids, result.method, settings, plan=plan):
+        replan.observe(event)
+        seen += len(event.new_token_ids)
+        steps += [event] if event.nodes else []
+        last = event
+    row = {"method": result.spec.kind, "finish_reason": last.finish_reason, "tokens": last.total_tokens,
+           "steps": last.total_steps, "seconds": time.perf_counter() - t0, "frozen": bool(frozen),
+           "replans": replan.replans, "start_source": result.acceptance.source}
+    rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after) if frozen else None
+    if rest is None:
+        row.update(error=None, note=("no learning: the plan drafts nothing" if learner is None else
+                                     f"the run ended after {last.total_tokens} tokens, with no step after a "
+                                     f"boundary at or after {after} tokens"))
+        return row, replan
+    tree, n = frozen["tree"], rest["rest_steps"]
+    tail = steps[len(steps) - n:]
+    kept = sum(len(e.new_token_ids) for e in tail)
+    predicted = tree.expected_tokens(frozen["posterior"])
+    observed = rest["rest_observed_tokens_per_step"]
+    trees = [tuple(tree.parents)] + [tuple(e.tree_parents) for e in tail]
+    base = result.base_acceptance
+    positions = {"measured": int(base.positions), "stored": result.learned["positions"],
+                 "stored_runs": result.learned["runs"], "this_run": frozen["positions"]}
+    positions["total"] = positions["measured"] + positions["stored"] + positions["this_run"]
+    row.update(tokens_before=frozen["tokens"], steps_before=len(steps) - n, tokens_after=kept, steps_after=n,
+               truncated_tokens_after=sum(bench.step_yield(e) for e in tail) - kept,
+               predicted_tokens_per_step=predicted, observed_tokens_per_step=observed,
+               error=predicted / observed - 1, positions_behind_posterior=positions,
+               posterior=frozen["posterior"], replans_before_freeze=frozen["replans"],
+               replans_after_freeze=replan.replans - frozen["replans"],
+               tree_changes_after_freeze=sum(a != b for a, b in zip(trees, trees[1:])),
+               frozen_tree={"nodes": tree.size, "depth": tree.depth, "parents": list(tree.parents)})
+    return row, replan
+
+
+def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=print) -> dict:
+    """Every (temperature, kind) run; `vectors` maps each bench temperature to its acceptance vector."""
+    after, tokens = config.learning_check_after, config.learning_check_tokens
+    rows, replanners = [], []
+    for temperature in config.temperatures:
+        for prompt, index in check_prompts(prompts):
+            settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
+                                max_new_tokens=after + tokens, seed=config.seed + (index or 0), ignore_eos=True)
+            result = learning_plan(pair, config, settings, vectors[temperature], prof)
+            ids = encode_prompt(pair, prompt.text, config.chat)
+            row, replan = run_one(pair, ids, result, settings, after)
+            row = {"temperature": temperature, "kind": prompt.kind, "prompt": prompt.title,
+                   "prompt_source": "bench" if index is not None else "assets", **row}
+            rows.append(row)
+            replanners.append(replan)
+            err = row["error"]
+            say(f"learning check T={temperature:g} {prompt.kind}: " + (row["note"] if err is None else
+                f"predicted {row['predicted_tokens_per_step']:.2f} vs observed {row['observed_tokens_per_step']:.2f} "
+                f"tok/step over the last {row['tokens_after']} tokens ({err:+.1%})"))
+    stored = bool(config.learn)
+    for replan in replanners if stored else ():
+        replan.finish()
+    return {"after": after, "tokens": tokens, "frozen": FROZEN.format(after=after), "evidence_stored": stored,
+            "storage": ("stored after all check runs (--learn), so none of them, nor any other lane, "
+                        "started from another check run's evidence" if stored
+                        else "not stored (--no-learn)"),
+            "runs": rows}
+
+
+def format_check(check: dict | None) -> str:
+    """The printed section of the report."""
+    if not check:
+        return ""
+    lines = [f"learning check ({check['after']} + {check['tokens']} tokens, one run per temperature and kind): "
+             f"{check['frozen']}; evidence {check['storage']}"]
+    for r in check["runs"]:
+        head = f"  T={r['temperature']:g} {r['kind']:<5} {r['method']} ({r['prompt']}): "
+        if r["error"] is None:
+            lines.append(head + r["note"])
+            continue
+        p = r["positions_behind_posterior"]
+        lines.append(head + f"{r['tokens_before']} tok / {r['steps_before']} steps before "
+                     f"({r['replans_before_freeze']} re-plans), {r['tokens_after']} tok / {r['steps_after']} "
+                     f"steps after "
+                     f"({r['truncated_tokens_after']} cut); predicted {r['predicted_tokens_per_step']:.2f}, observed "
+                     f"{r['observed_tokens_per_step']:.2f} tok/step ({r['error']:+.1%}); posterior from {p['total']} "
+                     f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run); "
+                     f"re-plans after the freeze {r['replans_after_freeze']}")
+    return "\n".join(lines)

@@ -1,0 +1,183 @@
+"""`bench --learning-check` (engine/bench_learning.py) on the tiny pair, with the boundary at 8
+tokens instead of 64 so that it takes seconds: the tree is frozen at the boundary, the prediction
+uses the posterior there, the rest is counted as the bench counts it, and the goals appear."""
+import json
+
+import pytest
+
+from engine import bench, bench_goals, bench_learning, bench_report, learning, planning, profiler
+from engine.commands import bench as bench_cmd
+from engine.prompts import Prompt
+from engine.settings import Settings
+from engine.tree import Tree
+from tests.test_bench import engine
+from tests.tiny import tiny_pair, tiny_pair_dirs
+
+PROMPTS = [Prompt("c", "code", "def f"), Prompt("p", "prose", "hello world")]
+START = [0.1, 0.05, 0.02, 0.01]  # far from the tiny pair's acceptance: learning re-plans early
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path / "cache"))  # nothing reaches the user's cache
+    return tmp_path / "cache"
+
+
+def _vec(pair):
+    return profiler.AcceptanceVector(list(START), 0.82, 10, [0.1] * 4, pair.draft_name, pair.target_name, "greedy",
+                                     0.0, 1.0, 4, 1, "x")
+
+
+def _config(**changes):
+    return bench.BenchConfig(**{**dict(temperatures=(0.0,), auto=False, budgets=(10,), max_depth=5,
+                                       learning_check=True, learning_check_after=8, learning_check_tokens=16),
+                                **changes})
+
+
+def _recorded(monkeypatch):
+    """Every StepEvent the check's generations yield, per run."""
+    runs, real = [], bench_learning.generate
+
+    def recording(*args, **kwargs):
+        runs.append([])
+        for event in real(*args, **kwargs):
+            runs[-1].append(event)
+            yield event
+    monkeypatch.setattr(bench_learning, "generate", recording)
+    return runs
+
+
+def _boundary(steps, after):
+    seen = 0
+    for i, e in enumerate(steps):
+        if seen >= after:
+            return i
+        seen += len(e.new_token_ids)
+    return None
+
+
+@pytest.mark.parametrize("noise", [0.15, 0.0])
+def test_the_tree_is_frozen_at_the_boundary_and_predicted_from_the_posterior_there(monkeypatch, noise):
+    pair = tiny_pair("llama", noise=noise)
+    runs = _recorded(monkeypatch)
+    check = bench_learning.run_check(pair, PROMPTS, _config(), {0.0: _vec(pair)}, None, say=lambda *_: None)
+    assert [r["kind"] for r in check["runs"]] == ["code", "prose"] and "frozen" in check["frozen"]
+    for row, events in zip(check["runs"], runs):
+        steps = [e for e in events if e.nodes]
+        i = _boundary(steps, 8)
+        head, rest = steps[:i], steps[i:]
+        assert row["tokens_before"] == sum(len(e.new_token_ids) for e in head) >= 8
+        assert row["steps_before"] == len(head) and row["steps_after"] == len(rest) > 0
+        assert row["tokens"] == 24 and row["tokens_before"] + row["tokens_after"] == 24
+        # learning re-planned before the boundary, never after it: every later step ran the frozen tree
+        assert row["replans_before_freeze"] > 0
+        assert row["replans_after_freeze"] == 0 and row["tree_changes_after_freeze"] == 0
+        frozen = row["frozen_tree"]["parents"]
+        assert all(e.tree_parents == frozen for e in rest)
+        assert len({tuple(e.tree_parents) for e in head} | {tuple(frozen)}) > 1  # learning changed the tree
+        # predicted: the frozen tree under the posterior of the steps before the boundary
+        tree = Tree.from_parents(frozen)
+        posterior = learning.pooled(START, learning.events_evidence(head))
+        assert row["posterior"] == pytest.approx(posterior)
+        assert row["predicted_tokens_per_step"] == pytest.approx(tree.expected_tokens(posterior))
+        assert row["predicted_tokens_per_step"] == pytest.approx(
+            bench.rest_of_run(steps, tree, START, 8)["rest_predicted_tokens_per_step"])
+        end = learning.pooled(START, learning.events_evidence(steps))  # not the end-of-run posterior
+        assert row["predicted_tokens_per_step"] != pytest.approx(tree.expected_tokens(end), rel=1e-9)
+        assert row["positions_behind_posterior"]["this_run"] == learning.events_evidence(head).nodes
+        # observed: the rest's full step yields over its steps, the bench's count
+        yields = sum(bench.step_yield(e) for e in rest)
+        assert row["observed_tokens_per_step"] == pytest.approx(yields / len(rest))
+        assert row["truncated_tokens_after"] == yields - row["tokens_after"]
+        assert row["error"] == pytest.approx(row["predicted_tokens_per_step"] / row["observed_tokens_per_step"] - 1)
+
+
+def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):
+    pair = tiny_pair("llama")
+    prof = profiler.DeviceProfile({1: 0.010, 8: 0.011, 16: 0.012}, {1: 0.001, 8: 0.0011, 16: 0.0012}, 0.001, 16, 3,
+                                  "d", "t", "cpu", "float32")  # flat verify cost: the choice drafts a tree
+    runs = _recorded(monkeypatch)
+    config = _config(auto=True, auto_max_budget=16)
+    check = bench_learning.run_check(pair, PROMPTS[:1], config, {0.0: _vec(pair)}, prof, say=lambda *_: None)
+    row, steps = check["runs"][0], [e for e in runs[0] if e.nodes]
+    assert row["method"] == "sequoia-auto" and 1 < row["frozen_tree"]["nodes"] <= 16
+    assert row["replans_before_freeze"] > 0 and row["replans_after_freeze"] == 0
+    assert all(e.tree_parents == row["frozen_tree"]["parents"] for e in steps[-row["steps_after"]:])
+
+
+def test_a_cut_last_step_counts_its_full_yield_after_the_boundary():
+    pair = tiny_pair("llama", noise=0.0)  # draft = target: the learned tree accepts its whole main path
+    check = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None, say=lambda *_: None)
+    row = check["runs"][0]
+    assert row["truncated_tokens_after"] > 0                 # max-new-tokens cut the last step
+    full = (row["tokens_after"] + row["truncated_tokens_after"]) / row["steps_after"]
+    assert row["observed_tokens_per_step"] == pytest.approx(full)
+    assert row["observed_tokens_per_step"] > row["tokens_after"] / row["steps_after"]
+
+
+def test_evidence_is_stored_after_all_check_runs_only_with_learn():
+    pair = tiny_pair("llama")
+    key = planning.learning_key(pair, Settings(temperature=0.0))
+    quiet = lambda *_: None  # noqa: E731
+    off = bench_learning.run_check(pair, PROMPTS, _config(learn=False), {0.0: _vec(pair)}, None, say=quiet)
+    assert off["evidence_stored"] is False and learning.load(key).nodes == 0
+    on = bench_learning.run_check(pair, PROMPTS, _config(), {0.0: _vec(pair)}, None, say=quiet)
+    assert on["evidence_stored"] is True
+    stored = learning.load(key)
+    assert stored.runs == 2
+    # both runs started from the same store (neither saw the other's evidence)
+    assert [r["positions_behind_posterior"]["stored"] for r in on["runs"]] == [0, 0]
+    again = bench_learning.run_check(pair, PROMPTS, _config(learn=False), {0.0: _vec(pair)}, None, say=quiet)
+    assert [r["positions_behind_posterior"]["stored"] for r in again["runs"]] == [int(stored.nodes)] * 2
+    assert all(r["start_source"].endswith("over 2 runs") for r in again["runs"])
+
+
+def test_the_goals_judge_the_measured_error():
+    rows = [{"temperature": 0.7, "kind": "code", "error": 0.04, "predicted_tokens_per_step": 2.6,
+             "observed_tokens_per_step": 2.5, "steps_after": 90, "tokens_after": 256,
+             "positions_behind_posterior": {"total": 500}},
+            {"temperature": 0.7, "kind": "prose", "error": -0.2, "predicted_tokens_per_step": 2.0,
+             "observed_tokens_per_step": 2.5, "steps_after": 90, "tokens_after": 256,
+             "positions_behind_posterior": {"total": 500}},
+            {"temperature": 0.0, "kind": "code", "error": None, "note": "the run ended"}]
+    goals = bench_goals.learning_check_goals({"after": 64, "runs": rows})
+    assert [g["goal"] for g in goals] == [
+        "T=0.7: learning after 64 tokens: predicted tokens/step within 10 % of the rest of the run (code)",
+        "T=0.7: learning after 64 tokens: predicted tokens/step within 10 % of the rest of the run (prose)",
+        "T=0: learning after 64 tokens: predicted tokens/step within 10 % of the rest of the run (code)"]
+    assert [g["met"] for g in goals] == [True, False, False]
+    assert [g["measured"] for g in goals] == [0.04, -0.2, None]
+    shown = bench_report.format_goals({"goals": goals})
+    assert "+4.0%" in shown and "-20.0%" in shown and "[NOT met]" in shown and "not measured" in shown
+    assert bench_goals.learning_check_goals(None) == []
+
+
+def test_the_check_is_off_unless_asked():
+    parser = bench_cmd.argparse.ArgumentParser()
+    bench_cmd.register(parser.add_subparsers())
+    for flags in ([], ["--quick"]):
+        config = bench_cmd.config_from_args(parser.parse_args(["bench", *flags]))
+        assert config.learning_check is False
+    config = bench_cmd.config_from_args(parser.parse_args(["bench", "--learning-check"]))
+    assert config.learning_check and config.learning_check_after == 64 and config.learning_check_tokens == 256
+
+
+def test_bench_learning_check_end_to_end(tmp_path):
+    draft, target = tiny_pair_dirs("llama")
+    out = tmp_path / "bench.json"
+    # --no-auto: the DP tree of the largest budget (on the tiny pair the hardware-aware choice depends on
+    # the machine's timings and may be a 1-node tree, which drafts nothing and so cannot learn)
+    run = engine("bench", "--quick", "--draft", draft, "--target", target, "--temperatures", "0", "--no-auto",
+                 "--learning-check", "--learning-check-after", "8", "--learning-check-tokens", "16", "--json", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    check = report["learning_check"]
+    assert report["config"]["learning_check"] is True and check["after"] == 8 and check["evidence_stored"]
+    assert [(r["temperature"], r["kind"], r["method"]) for r in check["runs"]] == [
+        (0.0, "code", "sequoia"), (0.0, "prose", "sequoia")]
+    for r in check["runs"]:
+        assert r["replans_after_freeze"] == 0 and r["tokens"] == 24 and r["frozen_tree"]["nodes"] == 8
+    names = [g["goal"] for g in report["goals"] if "learning after" in g["goal"]]
+    assert names == [f"T=0: learning after 8 tokens: predicted tokens/step within 10 % of the rest of the run ({k})"
+                     for k in ("code", "prose")]
+    assert "learning check (8 + 16 tokens" in run.stdout and "learning after 8 tokens" in run.stdout
