@@ -230,15 +230,7 @@ class Decoder:
         return drafted
 
     def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
-        """Draft logits on the target's vocabulary: padding rows the draft lacks get zero mass."""
-        size = self.pair.vocab_size
-        logits = logits.to(self.prob_device)  # the draft may live elsewhere (device maps)
-        if logits.shape[-1] == size:
-            return logits
-        if logits.shape[-1] > size:
-            return logits[..., :size]
-        pad = torch.full((size - logits.shape[-1],), float("-inf"), device=logits.device, dtype=logits.dtype)
-        return torch.cat([logits, pad])
+        return fit_vocab(logits, self.pair.vocab_size, self.prob_device)
 
     def _walk(self, drafted: _DraftedTree, logits: torch.Tensor) -> dict:
         tree, tokens, s = drafted.tree, drafted.tokens, self.settings
@@ -317,6 +309,19 @@ class Decoder:
                          total_tokens=len(generated), total_steps=totals["steps"], total_seconds=totals["seconds"],
                          prefill_seconds=prefill, text=text, token_ids=list(generated), done=True,
                          finish_reason=reason)
+
+
+def fit_vocab(logits: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:
+    """Draft logits (last dim) on the target's vocabulary of `size`: padding the draft lacks gets
+    zero mass, rows beyond it are cut. Moved to `device`: the draft may live elsewhere (device maps)."""
+    logits = logits.to(device)
+    if logits.shape[-1] == size:
+        return logits
+    if logits.shape[-1] > size:
+        return logits[..., :size]
+    pad = torch.full((*logits.shape[:-1], size - logits.shape[-1]), float("-inf"), device=logits.device,
+                     dtype=logits.dtype)
+    return torch.cat([logits, pad], dim=-1)
 
 
 def make_generator(device: torch.device, seed: int) -> torch.Generator:

@@ -54,9 +54,10 @@ def _along(cands: list, value: float, attr: str) -> list[tuple[float, object]]:
 
 
 def interpolated_vector(pair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
-                        top_k: int | None = 0, vectors: list | None = None):
-    """An interpolated AcceptanceVector for these settings, or None when nothing measured fits."""
-    vectors = profiler.measured_vectors(pair) if vectors is None else vectors
+                        top_k: int | None = 0, vectors: list | None = None, domain: str = ""):
+    """An interpolated AcceptanceVector for these settings, or None when nothing measured fits;
+    from the vectors of one prompt domain ("" = pooled)."""
+    vectors = profiler.measured_vectors(pair, domain) if vectors is None else vectors
     top_k = int(top_k or 0)
     if temperature == 0:
         return None  # greedy has no neighbours to mix: the nearest greedy vector stands in (planning)

@@ -54,6 +54,8 @@ class AcceptanceVector:
     source: str = "measured"            # or the cache file it came from
     draft_kernels: str = "default"      # the draft's CPU kernels (engine/cpu_kernels.py): int8 drafts accept a bit less
     top_k: int = 0                      # 0 = off (files written before top-k existed read as off)
+    domain: str = ""                    # "" = every prompt pooled; or the prompt kind measured ("code", "prose")
+    method: str = "star"                # "star" (on-policy star decoding) or "replay" (engine/replay.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -71,15 +73,17 @@ def draft_kernels(pair: ModelPair) -> str:
 
 
 def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: float, width: int,
-                   top_k: int | None = 0) -> str:
-    """top_k 0/None (off) gives the key used before top-k existed, so older files are still found.
-    The width is the one measured: at most the vocabulary's size (see measure_acceptance)."""
+                   top_k: int | None = 0, domain: str = "") -> str:
+    """top_k 0/None (off) and domain "" (pooled) give the keys used before they existed, so older
+    files are still found. The width is the one measured: at most the vocabulary's size."""
     sampler = "greedy" if temperature == 0 else sampler
     width = measurable_width(pair, width)
     parts = ["acceptance", pair.draft_name, pair.target_name, sampler, float(temperature),
              float(top_p) if temperature else 1.0, int(width)]
     if temperature and top_k:
         parts.append(f"top_k={int(top_k)}")
+    if domain:
+        parts.append(f"domain={domain}")
     kernels = draft_kernels(pair)
     return _key(*parts, kernels) if kernels != "default" else _key(*parts)
 
@@ -132,9 +136,10 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
 
 
 def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",
-                      width: int = 16, top_k: int | None = 0) -> AcceptanceVector | None:
-    """A measured vector for these exact settings, from the user cache or a file shipped in assets/."""
-    found = _read_cached("acceptance", acceptance_key(pair, sampler, temperature, top_p, width, top_k))
+                      width: int = 16, top_k: int | None = 0, domain: str = "") -> AcceptanceVector | None:
+    """A measured vector for these exact settings (and prompt domain; "" = pooled), from the user
+    cache or a file shipped in assets/."""
+    found = _read_cached("acceptance", acceptance_key(pair, sampler, temperature, top_p, width, top_k, domain))
     if found is None:
         return None
     path, obj = found
@@ -144,12 +149,13 @@ def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, s
 
 
 def save_acceptance(pair: ModelPair, vec: AcceptanceVector) -> Path:
-    key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, vec.top_k)
+    key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, vec.top_k, vec.domain)
     return _write_cached("acceptance", key, vec.to_dict())
 
 
-def measured_vectors(pair: ModelPair) -> list[AcceptanceVector]:
-    """Every cached acceptance vector of this pair (user cache and shipped files), any settings."""
+def measured_vectors(pair: ModelPair, domain: str | None = "") -> list[AcceptanceVector]:
+    """Every cached acceptance vector of this pair (user cache and shipped files), any settings, of
+    one prompt domain ("" = pooled over every prompt; None = any domain)."""
     out = []
     for folder in (cache_dir() / "acceptance", SHIPPED / "acceptance"):
         if not folder.is_dir():
@@ -159,7 +165,7 @@ def measured_vectors(pair: ModelPair) -> list[AcceptanceVector]:
                 vec = AcceptanceVector(**json.loads(path.read_text()))
             except (OSError, ValueError, TypeError):
                 continue
-            if vec.draft == pair.draft_name and vec.target == pair.target_name:
+            if vec.draft == pair.draft_name and vec.target == pair.target_name and domain in (None, vec.domain):
                 vec.source = str(path)
                 out.append(vec)
     return out

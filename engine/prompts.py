@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ASSET_PROMPTS = Path(__file__).resolve().parents[1] / "assets" / "prompts.json"
+# the 24 code and prose prompts the shipped acceptance vectors were measured on (issue 15)
+MEASUREMENT_PROMPTS = ASSET_PROMPTS.with_name("measurement-prompts.json")
 
 
 @dataclass
@@ -16,9 +18,16 @@ class Prompt:
     text: str
 
 
-def asset_prompts() -> list[Prompt]:
+def prompt_set(path: Path | str) -> list[Prompt]:
+    """A JSON prompt file: a list of {title, kind, prompt}, or {"prompts": [...]} with more about it."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    items = data["prompts"] if isinstance(data, dict) else data
     return [Prompt(p.get("title", f"prompt {i + 1}"), p.get("kind", "custom"), p["prompt"])
-            for i, p in enumerate(json.loads(ASSET_PROMPTS.read_text(encoding="utf-8")))]
+            for i, p in enumerate(items)]
+
+
+def asset_prompts() -> list[Prompt]:
+    return prompt_set(ASSET_PROMPTS)
 
 
 def default_prompts() -> list[str]:

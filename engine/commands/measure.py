@@ -1,8 +1,13 @@
-"""`python -m engine measure`: the acceptance vector of a pair, measured on-policy (ALGORITHM.md §2)."""
+"""`python -m engine measure`: the acceptance vector of a pair, measured on-policy (ALGORITHM.md §2)
+with a star, or by replay (engine/replay.py: thousands of positions in minutes), pooled or per prompt
+domain (code / prose)."""
 from __future__ import annotations
 
 from engine.commands.common import add_pair_args, pair_from_args, print_json, read_prompts
+from engine.errors import UserError
 from engine.profiler import measure_acceptance, save_acceptance
+from engine.prompts import prompt_set
+from engine.replay import DRAWS, differ, pooled_vector, replay_acceptance
 from engine.settings import Settings
 
 
@@ -15,26 +20,73 @@ def register(sub) -> None:
     p.add_argument("--width", type=int, default=16, help="children of the star tree (ranks measured)")
     p.add_argument("--sampler", choices=["sequoia", "specinfer"], default="sequoia")
     p.add_argument("--prompts", default=None, help="one prompt per line (\\n = newline); default: assets/prompts.json")
+    p.add_argument("--prompt-set", default=None, metavar="JSON",
+                   help="a JSON prompt set with a kind per prompt, e.g. assets/measurement-prompts.json")
+    p.add_argument("--by-domain", action="store_true",
+                   help="with --prompt-set: one vector per prompt kind (code, prose) and the pooled one, all cached")
+    p.add_argument("--replay", action="store_true",
+                   help="decode each answer once, then replay the star's verifier at every position (engine/replay.py)")
+    p.add_argument("--draws", type=int, default=DRAWS, help="with --replay: verifier replays per position at T > 0")
     p.add_argument("--tokens-per-prompt", type=int, default=48)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
+def _groups(args) -> list[tuple[str, list[str]]]:
+    """(domain, prompts) to measure: one pooled group, or one per prompt kind."""
+    if args.prompt_set is None:
+        if args.by_domain:
+            raise UserError("--by-domain needs --prompt-set (a JSON set that says each prompt's kind)")
+        return [("", read_prompts(args.prompts))]
+    if args.prompts is not None:
+        raise UserError("give --prompts or --prompt-set, not both")
+    try:
+        prompts = prompt_set(args.prompt_set)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"cannot read prompt set {args.prompt_set}: {exc}") from None
+    if not args.by_domain:
+        return [("", [p.text for p in prompts])]
+    kinds = sorted({p.kind for p in prompts if p.kind in ("code", "prose")})
+    if not kinds:
+        raise UserError(f"{args.prompt_set} has no prompt of kind code or prose")
+    return [(k, [p.text for p in prompts if p.kind == k]) for k in kinds]
+
+
 def run(args) -> int:
     Settings(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.tokens_per_prompt,
              seed=args.seed)
-    prompts = read_prompts(args.prompts)
+    groups = _groups(args)
     pair = pair_from_args(args)
-    vec = measure_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
-                             tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, top_k=args.top_k)
-    vec.source = str(save_acceptance(pair, vec))
+    vectors = []
+    for domain, prompts in groups:
+        if args.replay:
+            vec = replay_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
+                                    tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, draws=args.draws,
+                                    top_k=args.top_k, domain=domain)
+        else:
+            vec = measure_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
+                                     tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, top_k=args.top_k)
+            vec.domain = domain
+        vectors.append(vec)
+    if len(vectors) > 1:
+        vectors.append(pooled_vector(vectors))
+    for vec in vectors:
+        vec.source = str(save_acceptance(pair, vec))
+    domains = [v for v in vectors if v.domain]
+    apart = differ(*domains) if len(domains) == 2 else None
     if args.json:
-        print_json(vec.to_dict())
+        print_json({"vectors": [v.to_dict() for v in vectors], "domains_differ": apart} if len(vectors) > 1
+                   else vectors[0].to_dict())
         return 0
-    print(f"{vec.positions} positions over {vec.prompts} prompts in {vec.seconds:.1f} s "
-          f"({vec.sampler}, T={vec.temperature}, top-k={vec.top_k}, top-p={vec.top_p}); cached at {vec.source}")
-    for k, (p, ci) in enumerate(zip(vec.probabilities, vec.ci95), start=1):
-        print(f"  rank {k:2d}: {p:.3f} ± {ci:.3f}")
-    print(f"  none   : {vec.none:.3f}")
+    for vec in vectors:
+        print(f"{vec.domain or 'pooled'}: {vec.positions} positions over {vec.prompts} prompts in {vec.seconds:.1f} s "
+              f"({vec.method}, {vec.sampler}, T={vec.temperature}, top-k={vec.top_k}, top-p={vec.top_p}); "
+              f"cached at {vec.source}")
+        for k, (p, ci) in enumerate(zip(vec.probabilities, vec.ci95), start=1):
+            print(f"  rank {k:2d}: {p:.3f} ± {ci:.3f}")
+        print(f"  none   : {vec.none:.3f}")
+    if apart is not None:
+        print("code and prose " + ("differ beyond their 95 % intervals: planning uses the prompt's own vector"
+                                   if apart else "agree within their 95 % intervals: planning uses the pooled one"))
     return 0

@@ -1,0 +1,129 @@
+"""Acceptance vectors measured by replay (issue 15): thousands of positions in minutes.
+
+For each prompt: decode the answer once with an exact method (the text is what the target alone
+samples, whatever method made it: only the speed differs), then run the draft and the target over
+prompt + answer in one causal forward each. At every answer position the target's p and the
+draft's q are then known, and the verifier of a `width`-child star is replayed there with the
+engine's own functions (sampling.top_tokens + verify_greedy at T = 0; draw_without_replacement or
+draw_with_replacement + verify_sequoia / verify_specinfer at T > 0, `draws` times per position).
+
+Why this measures the same P(rank k accepted) as the on-policy star (profiler.measure_acceptance):
+which child a star accepts at a position depends only on p and q there and on the verifier's own
+random draws, and the positions are those target sampling visits. It differs in two stated ways:
+every answer position is measured (the star skips the position after each accepted child), and at
+T > 0 each position is replayed `draws` times (the mean of the draws is counted, so the interval
+below, computed with one observation per position, is conservative). A position's logits come from
+a plain causal forward instead of a tree forward: the same maths up to float rounding.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+from typing import Callable
+
+import torch
+
+from engine import attention, methods, sampling
+from engine.decoding import fit_vocab, generate_ids, make_generator
+from engine.errors import UserError
+from engine.models import ModelPair, encode_prompt
+from engine.profiler import AcceptanceVector, Progress, Stopped, draft_kernels, measurable_width
+from engine.settings import Settings
+
+DECODE_METHOD = methods.chain(4)  # how the answers are decoded: any exact method, a chain is fast on a CPU
+DRAWS = 4                          # replays per position at T > 0
+
+
+@torch.inference_mode()
+def _logits(model, ids: list[int]) -> torch.Tensor:
+    """One causal forward over ids from an empty cache: the logits of every position."""
+    return attention.forward_causal(model, attention.new_cache(model), ids)
+
+
+def _replay(p_logits, q_logits, settings: Settings, sampler: str, width: int, draws: int,
+            generator: torch.Generator) -> list[float]:
+    """Per rank, the share of `draws` replays of a star at one position that accepted it."""
+    got = [0.0] * (width + 1)  # last entry: no child accepted
+    if settings.greedy:
+        verdict = sampling.verify_greedy(int(torch.argmax(p_logits)), sampling.top_tokens(q_logits, width))
+        got[width if verdict.accepted is None else verdict.accepted] = 1.0
+        return got
+    p = sampling.target_distribution(p_logits, settings.temperature, settings.top_p, settings.top_k)
+    q = sampling.draft_distribution(q_logits, settings.temperature)
+    draw = sampling.draw_without_replacement if sampler == "sequoia" else sampling.draw_with_replacement
+    verify = sampling.verify_sequoia if sampler == "sequoia" else sampling.verify_specinfer
+    for _ in range(draws):
+        verdict = verify(p, q, draw(q, width, generator), generator)
+        got[width if verdict.accepted is None else verdict.accepted] += 1.0 / draws
+    return got
+
+
+def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, top_p: float = 1.0,
+                      sampler: str = "sequoia", width: int = 16, tokens_per_prompt: int = 160, seed: int = 0,
+                      chat: bool | None = None, draws: int = DRAWS, top_k: int | None = 0, domain: str = "",
+                      progress: Progress | None = None,
+                      should_stop: Callable[[], bool] = lambda: False) -> AcceptanceVector:
+    if not 1 <= width <= 64:
+        raise UserError(f"width must be between 1 and 64 (got {width})")
+    if draws < 1:
+        raise UserError(f"draws must be at least 1 (got {draws})")
+    width = measurable_width(pair, width)
+    settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=tokens_per_prompt, seed=seed,
+                        top_k=int(top_k or 0))
+    prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
+    generator = make_generator(pair.device, seed + 1)  # the replays' draws, apart from the decoding's
+    counts, positions, start = [0.0] * (width + 1), 0, time.perf_counter()
+    for i, prompt in enumerate(prompts):
+        if should_stop():
+            raise Stopped("measurement stopped")
+        ids = encode_prompt(pair, prompt, chat)
+        answer, _ = generate_ids(pair, ids, DECODE_METHOD, replace(settings, seed=seed + i))
+        if not answer:
+            continue
+        seq = ids + answer
+        span = slice(len(ids) - 1, len(seq) - 1)  # the positions whose next token is an answer token
+        p_all = _logits(pair.target, seq)[span].to(prob_device)
+        q_all = fit_vocab(_logits(pair.draft, seq)[span], pair.vocab_size, prob_device)
+        for j in range(len(answer)):
+            for k, share in enumerate(_replay(p_all[j], q_all[j], settings, sampler, width, draws, generator)):
+                counts[k] += share
+            positions += 1
+        if progress:
+            progress((i + 1) / len(prompts), f"replaying acceptance: prompt {i + 1}/{len(prompts)}, "
+                                             f"{positions} positions")
+    if positions == 0:
+        raise UserError("no positions measured (every answer was empty)")
+    probs = [c / positions for c in counts[:width]]
+    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / positions) for p in probs]
+    return AcceptanceVector(probs, counts[width] / positions, positions, ci, pair.draft_name, pair.target_name,
+                            "greedy" if temperature == 0 else sampler, float(temperature), float(top_p), width,
+                            len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter() - start,
+                            draft_kernels=draft_kernels(pair), top_k=int(top_k or 0) if temperature else 0,
+                            domain=domain, method="replay")
+
+
+def pooled_vector(parts: list[AcceptanceVector]) -> AcceptanceVector:
+    """Vectors of the same settings measured on disjoint prompt sets, pooled position-weighted
+    (what one measurement over all their prompts gives), with domain "" (every prompt)."""
+    if not parts:
+        raise UserError("nothing to pool")
+    total = sum(v.positions for v in parts)
+    width = min(v.width for v in parts)
+    probs = [sum(v.probabilities[k] * v.positions for v in parts) / total for k in range(width)]
+    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / total) for p in probs]
+    first = parts[0]
+    return AcceptanceVector(probs, max(0.0, 1.0 - sum(probs)), total, ci, first.draft, first.target,
+                            first.sampler, first.temperature, first.top_p, width,
+                            sum(v.prompts for v in parts), first.measured_at, sum(v.seconds for v in parts),
+                            draft_kernels=first.draft_kernels, top_k=first.top_k, domain="",
+                            method=first.method)
+
+
+def differ(a: AcceptanceVector, b: AcceptanceVector, ranks: int = 3) -> bool:
+    """Whether two vectors differ beyond their 95 % intervals on any of the first `ranks` ranks
+    (a two-sample normal test per rank): code and prose are kept apart only where they do."""
+    for k in range(min(ranks, a.width, b.width)):
+        if abs(a.probabilities[k] - b.probabilities[k]) > math.hypot(a.ci95[k], b.ci95[k]):
+            return True
+    return False
