@@ -173,10 +173,10 @@ def build(ctx: AppContext, header: dict) -> dict:
             plan_json = gr.JSON(label="Plan", elem_id="sq-plan-json")
 
     plan_md = header["plan"]
-    plan_inputs = [method, budget, depth, hardware, temperature, top_p, top_k]
+    plan_inputs = [method, budget, depth, hardware, temperature, top_p, top_k, prompt]  # the prompt picks code/prose acceptance
 
     # ------------------------------------------------------------ handlers
-    def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request: gr.Request):
+    def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, request: gr.Request = None):
         """Re-plan from caches at once; measure (with progress) only when nothing is measured."""
         sess = ctx.sessions.get(request)
         try:
@@ -185,7 +185,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
         try:
-            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True))
+            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
+                                           prompt=prompt_v)
         except NeedsMeasurement as need:
             yield {status: f"… {need} — measuring now (the plan follows)…"}
             job = sess.aux = ctx.worker.plan(spec, settings)
@@ -220,13 +221,15 @@ def build(ctx: AppContext, header: dict) -> dict:
             out[tree] = plots.plan_figure(result.tree, vec)
         yield out
 
-    def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
+    def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+                   request: gr.Request = None):
         """On page load: draw the plan if caches allow; never starts a measurement."""
         sess = ctx.sessions.get(request)
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
-            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True))
+            result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
+                                           prompt=prompt_v)
         except NeedsMeasurement as need:
             return {status: f"{need}. **Generate** measures it first (progress shown here), or use "
                             "**Measure** in the Planner tab.",

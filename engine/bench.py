@@ -56,7 +56,8 @@ from engine.decoding import generate
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt
 from engine.prompts import Prompt, asset_prompts, prompt_mix, prompts_from_texts  # noqa: F401
-from engine.planning import TABLE_DEPTH, hardware_aware, learning_key, learns_from, predict, table_for
+from engine.planning import (TABLE_DEPTH, hardware_aware, learning_key, learns_from, predict, table_for,
+                             vector_for_prompt)
 from engine.settings import Settings
 from engine.tree import Tree
 
@@ -352,12 +353,16 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=config.max_new_tokens,
                                 seed=config.seed + i, ignore_eos=config.ignore_eos)
+            own, domain, why = vector_for_prompt(pair, settings, "sequoia", prompt.text)
+            acceptance_info[_tkey(temperature)].setdefault("per_prompt", {})[str(i)] = {
+                "domain": domain or "pooled", "note": why.lstrip("; ") or "pooled vector (no code/prose vectors)",
+                "positions": (own or vec).positions}
             shift = i % len(specs)
             for s in specs[shift:] + specs[:shift]:
                 load = load_average()
                 r = run_once(_runs_on(s, pair, baseline_pair), ids[i], s, settings, memory)
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
-                         load_average=load)
+                         load_average=load, **_run_prediction(s, own or vec, prof, temperature))
                 _learn(pair, config, settings, s, r, vec, acceptance_info[_tkey(temperature)])
                 loads.append(load[0] if load else None)
                 runs.append(r)
@@ -389,6 +394,30 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
            "definitions": DEFINITIONS,
            "runs": [{k: v for k, v in r.items() if k not in ("token_ids", "evidence", "events")} for r in runs]}
     return out
+
+
+def _run_prediction(spec: MethodSpec, vec, prof, temperature: float) -> dict:
+    """A run's own prediction, from the vector of its prompt's domain where code and prose differ
+    (engine/domains.py), else the pooled one: what the planner would predict for that prompt."""
+    if spec.predicted_tokens_per_step is None:
+        return {}
+    out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain}
+    if prof is not None:
+        out["predicted_tokens_per_second"] = predict(spec.tree, vec.probabilities, prof, temperature > 0).tokens_per_second
+    return out
+
+
+def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
+    """(tokens/step, tokens/s) predicted for runs pooled as the bench pools what it observes:
+    step yields over steps (so the runs' own predictions combine harmonically, weighted by their
+    yields) and the median over prompts of tokens/s."""
+    preds = [r.get("predicted_tokens_per_step") for r in rs]
+    if not rs or not all(preds):
+        return None, None
+    yields = [r.get("step_tokens", r["tokens"]) for r in rs]
+    per_step = sum(yields) / sum(y / p for y, p in zip(yields, preds)) if sum(yields) else None
+    speeds = [r.get("predicted_tokens_per_second") for r in rs]
+    return per_step, (statistics.median(speeds) if all(speeds) else None)
 
 
 def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: dict, vec, info: dict) -> None:
@@ -426,7 +455,9 @@ DEFINITIONS = {
     "draft_seconds": "sum over prompts of the engine's draft timer (draft forwards + drafting children)",
     "verify_seconds": "sum over prompts of the engine's verify timer (one target forward per step)",
     "other_seconds": "decode wall time minus draft and verify: walk, KV commit, bookkeeping, text decoding",
-    "predicted_tokens_per_step": "F(tree) under the positional acceptance model (Sequoia: G(n, d) from the DP)",
+    "predicted_tokens_per_step": "F(tree) under the positional acceptance model, per run from the vector of the "
+                                 "prompt's domain where code and prose differ (else pooled), pooled over runs as "
+                                 "yields / predicted steps; *_pooled_vector: from the pooled vector alone",
     "predicted_tokens_per_second": "predicted tokens/step over the step time modelled from the device profile",
     "peak_memory_bytes": "max over the method's runs; see machine.peak_memory_kind (on CPU it includes the weights)",
     "peak_memory_above_start_bytes": "max over runs of the peak minus the memory in use when the run started "
@@ -495,6 +526,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
             draft, verify, other = (sum(r[k] for r in rs) for k in ("draft_seconds", "verify_seconds", "other_seconds"))
             total = draft + verify + other
             tree = s.tree
+            pred_step, pred_speed = _predicted(rs)
             entry = {
                 "method": s.family, "label": s.key, "temperature": temperature,
                 "nodes": tree.size, "depth": tree.depth, "width": s.width, "budget": s.budget,
@@ -505,8 +537,9 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 "truncated_tokens": sum(r.get("truncated_tokens", 0) for r in rs),
                 "tokens_per_step_runs": [r["tokens_per_step"] for r in rs],
                 "speedup_vs_ar": _median(speed), "speedup_vs_ar_runs": speed,
-                "predicted_tokens_per_step": s.predicted_tokens_per_step,
-                "predicted_tokens_per_second": s.predicted_tokens_per_second,
+                "predicted_tokens_per_step": pred_step or s.predicted_tokens_per_step,
+                "predicted_tokens_per_second": pred_speed or s.predicted_tokens_per_second,
+                "predicted_tokens_per_step_pooled_vector": s.predicted_tokens_per_step,
                 "predicted_speedup": s.predicted_speedup,
                 "draft_seconds": draft, "verify_seconds": verify, "other_seconds": other,
                 "engine_other_seconds": sum(r["engine_other_seconds"] for r in rs),
@@ -521,8 +554,8 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
             }
             if s.family in ("sequoia", "sequoia-auto"):
                 entry["parents"] = list(tree.parents)
-            if s.predicted_tokens_per_step:
-                entry["observed_over_predicted"] = entry["tokens_per_step"] / s.predicted_tokens_per_step
+            if entry["predicted_tokens_per_step"]:
+                entry["observed_over_predicted"] = entry["tokens_per_step"] / entry["predicted_tokens_per_step"]
             entry.update(s.extra)
             if temperature == 0:
                 entry["matches_ar"] = all(
@@ -536,7 +569,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                     "prompts": len(kr), "tokens_per_second": statistics.median(r["tokens_per_second"] for r in kr),
                     "tokens_per_step": (sum(r.get("step_tokens", r["tokens"]) for r in kr)
                                         / max(sum(r["steps"] for r in kr), 1)),
-                    "speedup_vs_ar": _median(ks)}
+                    "speedup_vs_ar": _median(ks), "predicted_tokens_per_step": _predicted(kr)[0]}
             results.append(entry)
     return results
 

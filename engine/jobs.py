@@ -95,7 +95,7 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
     from engine.models import encode_prompt
     pair = ctx.pair
     ids = encode_prompt(pair, prompt, chat)
-    result = build_plan(pair, spec, settings, learn=learn, **_measuring(ctx))
+    result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, **_measuring(ctx))
     yield Note("plan", result)
     method = result.method
     replan = Replanner(pair, result, settings, user=plan, learn=learn)
@@ -130,7 +130,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     planned = []
     for i, (lane, spec) in enumerate(specs):
         ctx.progress(i / len(specs), f"planning {lane}")
-        planned.append((lane, build_plan(pair, spec, settings, learn=learn, **_measuring(ctx))))
+        planned.append((lane, build_plan(pair, spec, settings, learn=learn, prompt=prompt, **_measuring(ctx))))
     yield Note("race", planned)
     if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs
         warm = Settings(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,

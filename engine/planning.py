@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine import interpolation, learning, observed, profiler
+from engine import domains, interpolation, learning, observed, profiler
 from engine import methods as methods_mod
 from engine.errors import UserError
 from engine.planner import Choice, CostCurve, PlanTable, choose_shape, step_seconds
@@ -167,6 +167,7 @@ class PlanResult:
     predicted_seconds_per_step: float | None = None
     base_acceptance: Any = None       # the vector before pooling with learned evidence (learn=True)
     learned: dict | None = None       # learn=True: key, positions and runs of the stored evidence used
+    domain: str = ""                  # the prompt domain whose vector was used ("" = pooled over every prompt)
 
     @property
     def tree(self) -> Tree:
@@ -191,7 +192,7 @@ class PlanResult:
                        acceptance_temperature=self.acceptance.temperature,
                        acceptance_interpolated=interpolation.is_interpolated(self.base_acceptance
                                                                              or self.acceptance),
-                       backing_positions=self.backing_positions)
+                       backing_positions=self.backing_positions, acceptance_domain=self.domain or "pooled")
         if self.learned is not None:
             out["learned"] = dict(self.learned)
         if self.profile is not None:
@@ -223,38 +224,68 @@ def _fixed_method(spec: MethodSpec):
     return None
 
 
-def _interpolated(pair, settings: Settings, sampler: str):
+def _interpolated(pair, settings: Settings, sampler: str, domain: str = ""):
     """(vector, note) interpolated between measured settings, or (None, '')."""
-    vec = interpolation.interpolated_vector(pair, settings.temperature, settings.top_p, sampler, settings.top_k)
+    vec = interpolation.interpolated_vector(pair, settings.temperature, settings.top_p, sampler, settings.top_k,
+                                            domain=domain)
     if vec is None:
         return None, ""
     return vec, (f"no vector measured at T={settings.temperature:g}, top-p={settings.top_p:g}: "
                  f"INTERPOLATED ({vec.source[len('interpolated: '):]})")
 
 
+def vector_for_prompt(pair, settings: Settings, sampler: str, prompt: str | None, interpolated: bool = False):
+    """(vector or None, domain, note): the prompt domain's own vector where code and prose differ
+    (engine/domains.py states the rule), else None and why the pooled one stands."""
+    T, top_p, top_k = settings.temperature, settings.top_p, settings.top_k
+    if interpolated:
+        found = {d: _interpolated(pair, settings, sampler, d)[0] for d in domains.DOMAINS}
+    else:
+        found = {d: profiler.cached_acceptance(pair, T, top_p, sampler, top_k=top_k, domain=d)
+                 for d in domains.DOMAINS}
+    if any(v is None for v in found.values()):
+        return None, "", ""  # no code/prose vectors at these settings: the pooled one, nothing to say
+    kind = domains.prompt_domain(prompt)
+    if kind is None:
+        return None, "", "; prompt kind unsure (or none given): the pooled code+prose vector"
+    if not domains.differ(*found.values()):
+        return None, "", "; code and prose agree at these settings: the pooled code+prose vector"
+    vec = found[kind]
+    return vec, kind, (f"; a {kind} prompt: the {kind} vector ({vec.positions} positions, {vec.source}), "
+                       "code and prose differ here")
+
+
 def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measure: bool, allow_nearest: bool,
                 progress, should_stop, prompts, tokens_per_prompt,
-                interpolate_first: bool = False) -> tuple[Any, bool, str]:
-    """(vector or None, exact for these settings, where it came from in words). Without an exact
-    vector: measured now when `measure` (unless `interpolate_first` and an interpolation exists:
-    learning then refines it during the run), else interpolated, else the nearest measured one."""
+                interpolate_first: bool = False, prompt: str | None = None) -> tuple[Any, bool, str, str]:
+    """(vector or None, exact for these settings, where it came from in words, prompt domain used).
+    Without an exact vector: measured now when `measure` (unless `interpolate_first` and an
+    interpolation exists: learning then refines it during the run), else interpolated, else the
+    nearest measured one. A measured or interpolated pooled vector gives way to the prompt
+    domain's own (vector_for_prompt)."""
     T, top_p, top_k = settings.temperature, settings.top_p, settings.top_k
     vec = profiler.cached_acceptance(pair, T, top_p, sampler, top_k=top_k)
     if vec is not None:
-        return vec, True, f"measured over {vec.positions} positions, cache file {vec.source}"
+        own, domain, why = vector_for_prompt(pair, settings, sampler, prompt, interpolated=False)
+        vec = own or vec
+        return vec, True, f"measured over {vec.positions} positions, cache file {vec.source}{why}", domain
     if spec.kind not in ("sequoia", "sequoia-auto"):
         if spec.kind == "ar":
-            return None, True, "autoregressive: one token per step, no acceptance vector needed"
-        return None, True, f"no acceptance vector measured for the {sampler} sampler at T={T:g}: no prediction"
+            return None, True, "autoregressive: one token per step, no acceptance vector needed", ""
+        return None, True, f"no acceptance vector measured for the {sampler} sampler at T={T:g}: no prediction", ""
     if interpolate_first or (not measure and allow_nearest):
         vec, note = _interpolated(pair, settings, sampler)
         if vec is not None:
-            return vec, False, note
+            own, domain, why = vector_for_prompt(pair, settings, sampler, prompt, interpolated=True)
+            if own is not None:
+                vec, note = own, (f"no vector measured at T={T:g}, top-p={top_p:g}: INTERPOLATED "
+                                  f"({own.source[len('interpolated: '):]})")
+            return vec, False, note + why, domain
     if measure:
         vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress, top_k=top_k,
                                          should_stop=should_stop, prompts=prompts,
                                          tokens_per_prompt=tokens_per_prompt)
-        return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})"
+        return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})", ""
     near = profiler.nearest_vector(pair, T, top_p, sampler, top_k) if allow_nearest else None
     if near is None:
         raise NeedsMeasurement("acceptance", f"no acceptance vector measured for this pair at T={T:g}, "
@@ -263,12 +294,13 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
              else f", measured with the draft on {near.draft_kernels} kernels")
     return near, False, (f"no vector measured at T={T:g}, top-p={top_p:g}: using the nearest measured one "
                          f"(T={near.temperature:g}, top-p={near.top_p:g}{other}; {near.positions} positions, "
-                         f"{near.source})")
+                         f"{near.source})"), ""
 
 
-def learning_key(pair, settings: Settings, sampler: str = "sequoia") -> str:
-    """Where learned evidence for these settings is stored: the acceptance key (default width)."""
-    return profiler.acceptance_key(pair, sampler, settings.temperature, settings.top_p, 16, settings.top_k)
+def learning_key(pair, settings: Settings, sampler: str = "sequoia", domain: str = "") -> str:
+    """Where learned evidence for these settings (and prompt domain, "" = pooled) is stored: the
+    acceptance key (default width)."""
+    return profiler.acceptance_key(pair, sampler, settings.temperature, settings.top_p, 16, settings.top_k, domain)
 
 
 def learns_from(method, settings: Settings) -> bool:
@@ -299,8 +331,8 @@ def learner_for(pair, result: "PlanResult", settings: Settings):
     base = result.base_acceptance if result.base_acceptance is not None else vec
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "top_k": settings.top_k, "sampler": "greedy" if settings.greedy else "sequoia",
-            "draft_kernels": profiler.draft_kernels(pair)}
-    return learning.Learner(start, learning_key(pair, settings), meta,
+            "draft_kernels": profiler.draft_kernels(pair), "domain": result.domain}
+    return learning.Learner(start, learning_key(pair, settings, domain=result.domain), meta,
                             base=list(base.probabilities) if base is not None else None)
 
 
@@ -366,19 +398,21 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
                progress: Callable[[float | None, str], None] | None = None,
                should_stop: Callable[[], bool] = lambda: False, prompts: list[str] | None = None,
                tokens_per_prompt: int = 48, profile_budget: int = PROFILE_BUDGET,
-               learn: bool = False) -> PlanResult:
+               learn: bool = False, prompt: str | None = None) -> PlanResult:
     """Spec -> Method (+ the numbers that predict it). Measures only when `measure` is True;
     otherwise raises NeedsMeasurement. Pure cache reads when measure=False (no model calls).
     learn=True: an interpolated vector is used rather than measuring (the run refines it), and the
-    vector is pooled with the evidence earlier runs stored for these settings (engine/learning.py)."""
+    vector is pooled with the evidence earlier runs stored for these settings (engine/learning.py).
+    prompt: the text to be decoded, so its domain's vector can be used (engine/domains.py)."""
     spec.check()
     method = _fixed_method(spec)
     sampler = method.sampler if method is not None else "sequoia"
-    vec, exact, note = _acceptance(pair, spec, settings, sampler, measure, allow_nearest, progress, should_stop,
-                                   prompts, tokens_per_prompt, interpolate_first=learn)
+    vec, exact, note, domain = _acceptance(pair, spec, settings, sampler, measure, allow_nearest, progress,
+                                           should_stop, prompts, tokens_per_prompt, interpolate_first=learn,
+                                           prompt=prompt)
     base, learned = vec, None
     if learn and vec is not None:
-        key = learning_key(pair, settings)
+        key = learning_key(pair, settings, domain=domain)
         stored = learning.load(key)
         learned = {"key": key, "positions": int(stored.nodes), "runs": stored.runs,
                    "store": str(learning.learned_path(key))}  # not "path": gradio_client would fetch it as a file
@@ -400,7 +434,7 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
         method = methods_mod.sequoia(plan_from_vector(spec, vec.probabilities))
     pred = predict(method.tree, vec.probabilities if vec is not None else None, prof, not settings.greedy)
     return PlanResult(spec, method, pred.tokens_per_step, vec, note, exact, prof, choice, pred.speedup,
-                      pred.seconds_per_step, base, learned)
+                      pred.seconds_per_step, base, learned, domain)
 
 
 def dp_plan(pair, settings: Settings, budget: int, depth: int, **measuring) -> PlanResult:

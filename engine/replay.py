@@ -101,29 +101,3 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
                             len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter() - start,
                             draft_kernels=draft_kernels(pair), top_k=int(top_k or 0) if temperature else 0,
                             domain=domain, method="replay")
-
-
-def pooled_vector(parts: list[AcceptanceVector]) -> AcceptanceVector:
-    """Vectors of the same settings measured on disjoint prompt sets, pooled position-weighted
-    (what one measurement over all their prompts gives), with domain "" (every prompt)."""
-    if not parts:
-        raise UserError("nothing to pool")
-    total = sum(v.positions for v in parts)
-    width = min(v.width for v in parts)
-    probs = [sum(v.probabilities[k] * v.positions for v in parts) / total for k in range(width)]
-    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / total) for p in probs]
-    first = parts[0]
-    return AcceptanceVector(probs, max(0.0, 1.0 - sum(probs)), total, ci, first.draft, first.target,
-                            first.sampler, first.temperature, first.top_p, width,
-                            sum(v.prompts for v in parts), first.measured_at, sum(v.seconds for v in parts),
-                            draft_kernels=first.draft_kernels, top_k=first.top_k, domain="",
-                            method=first.method)
-
-
-def differ(a: AcceptanceVector, b: AcceptanceVector, ranks: int = 3) -> bool:
-    """Whether two vectors differ beyond their 95 % intervals on any of the first `ranks` ranks
-    (a two-sample normal test per rank): code and prose are kept apart only where they do."""
-    for k in range(min(ranks, a.width, b.width)):
-        if abs(a.probabilities[k] - b.probabilities[k]) > math.hypot(a.ci95[k], b.ci95[k]):
-            return True
-    return False

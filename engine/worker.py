@@ -254,13 +254,14 @@ class Worker:
         return observed.load(profiler.profile_key(pair)).summary(profiler.cached_profile(pair))
 
     def quick_plan(self, spec: MethodSpec, settings: Settings, allow_nearest: bool = True,
-                   learn: bool = True) -> PlanResult:
+                   learn: bool = True, prompt: str | None = None) -> PlanResult:
         """A plan from caches only (never measures, never calls a model). Raises
         NeedsMeasurement when a vector or profile is missing (and no nearest vector may stand in)."""
         pair = self._pair
         if pair is None:
             raise UserError("no model pair is loaded yet")
-        return build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest, learn=learn)
+        return build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest, learn=learn,
+                          prompt=prompt)
 
     # ---- the jobs the app uses
     def load(self, draft: str = "default", target: str = "default", device: str | None = None,

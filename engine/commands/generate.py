@@ -56,8 +56,10 @@ def spec_from_args(args) -> MethodSpec:
 
 def method_from_args(args, pair, settings, learn: bool = False):
     """(method, plan): the method to run and its PlanResult (the DP plan measures the acceptance
-    vector first when none is cached, or, with learn, starts from an interpolated one)."""
-    plan = build_plan(pair, spec_from_args(args), settings, measure=True, learn=learn)
+    vector first when none is cached, or, with learn, starts from an interpolated one; the prompt's
+    domain picks the code or prose vector where they differ)."""
+    plan = build_plan(pair, spec_from_args(args), settings, measure=True, learn=learn,
+                      prompt=getattr(args, "prompt", None))
     return plan.method, plan
 
 

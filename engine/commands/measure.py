@@ -7,7 +7,8 @@ from engine.commands.common import add_pair_args, pair_from_args, print_json, re
 from engine.errors import UserError
 from engine.profiler import measure_acceptance, save_acceptance
 from engine.prompts import prompt_set
-from engine.replay import DRAWS, differ, pooled_vector, replay_acceptance
+from engine.domains import differ, pooled_vector
+from engine.replay import DRAWS, replay_acceptance
 from engine.settings import Settings
 
 

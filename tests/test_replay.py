@@ -1,0 +1,133 @@
+"""Acceptance by replay (engine/replay.py): the same quantity as the on-policy star, computed at
+every answer position from one forward of each model, with the engine's own verifiers."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from engine import methods, profiler, replay, sampling
+from engine.decoding import generate_ids
+from engine.models import encode_prompt
+from engine.settings import Settings
+from tests.test_profiler import LONG_PROMPTS, SMALL
+from tests.tiny import tiny_pair, tiny_pair_dirs
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _answers(pair, prompts, settings):
+    """(prompt ids, answer ids) as the replay decodes them (seed + i per prompt)."""
+    from dataclasses import replace
+    out = []
+    for i, text in enumerate(prompts):
+        ids = encode_prompt(pair, text, None)
+        answer, _ = generate_ids(pair, ids, methods.autoregressive(), replace(settings, seed=settings.seed + i))
+        out.append((ids, answer))
+    return out
+
+
+def _logits_at(model, ids):
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, -1].double()
+
+
+def test_greedy_replay_is_the_rank_of_the_target_argmax_among_the_draft_top_k():
+    """At T = 0 the replay is deterministic: it must equal, position by position, the rank of the
+    target's argmax among the draft's top-4 computed from scratch (a shifted position fails)."""
+    pair = tiny_pair("llama", chars=SMALL, noise=0.2)
+    prompts = LONG_PROMPTS[:4]
+    vec = replay.replay_acceptance(pair, prompts, 0.0, width=4, tokens_per_prompt=30)
+    counts, positions = [0] * 5, 0
+    for ids, answer in _answers(pair, prompts, Settings(temperature=0.0, max_new_tokens=30)):
+        for j in range(len(answer)):
+            ctx = ids + answer[:j]
+            best = int(torch.argmax(_logits_at(pair.target, ctx)))
+            assert best == answer[j]  # the answer is the target's greedy text
+            top = torch.topk(_logits_at(pair.draft, ctx).float(), 4).indices.tolist()
+            counts[top.index(best) if best in top else 4] += 1
+            positions += 1
+    assert vec.positions == positions and vec.method == "replay" and vec.sampler == "greedy"
+    assert [round(p * positions) for p in vec.probabilities] == counts[:4]
+    assert round(vec.none * positions) == counts[4]
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.5, 0.8)])
+def test_sampled_replay_rank_one_is_the_mean_overlap_at_the_asked_settings(temperature, top_p, monkeypatch):
+    """P(rank 1) of a Sequoia star is E[sum(min(p, q))] over the visited positions; the replay must
+    find it at the asked T and top-p, and pass exactly those to the decoder and the verifier."""
+    pair = tiny_pair("llama", chars=SMALL, noise=0.2)
+    seen = []
+    real = sampling.target_distribution
+
+    def spy(logits, t, p=1.0, k=0):
+        seen.append((t, p))
+        return real(logits, t, p, k)
+
+    decoded, real_generate = [], replay.generate_ids
+
+    def spy_generate(pair_, ids, method, settings, **kw):
+        answer, events = real_generate(pair_, ids, method, settings, **kw)
+        decoded.append((list(ids), answer, settings))
+        return answer, events
+
+    monkeypatch.setattr(replay.sampling, "target_distribution", spy)
+    monkeypatch.setattr(replay, "generate_ids", spy_generate)
+    vec = replay.replay_acceptance(pair, LONG_PROMPTS, temperature, top_p, width=16, tokens_per_prompt=40,
+                                   draws=8, seed=3)
+    assert seen and set(seen) == {(temperature, top_p)}
+    assert all((s.temperature, s.top_p) == (temperature, top_p) for _, _, s in decoded)
+    monkeypatch.setattr(replay.sampling, "target_distribution", real)
+    exact = []
+    for ids, answer, _ in decoded:
+        for j in range(len(answer)):
+            ctx = ids + answer[:j]
+            p = sampling.target_distribution(_logits_at(pair.target, ctx), temperature, top_p)
+            q = sampling.draft_distribution(_logits_at(pair.draft, ctx), temperature)
+            exact.append(float(torch.minimum(p, q).sum()))
+    assert len(exact) == vec.positions
+    mean = sum(exact) / len(exact)
+    se = (mean * (1 - mean) / vec.positions) ** 0.5
+    assert abs(vec.probabilities[0] - mean) < 3 * se + 0.01, (vec.probabilities[0], mean, se)
+    assert vec.none == 0.0  # without replacement over the whole vocabulary some child is accepted
+
+
+def test_replay_agrees_with_the_on_policy_star():
+    pair = tiny_pair("llama", chars=SMALL, noise=0.3)
+    star = profiler.measure_acceptance(pair, LONG_PROMPTS, 1.0, width=4, tokens_per_prompt=60, ignore_eos=True)
+    rep = replay.replay_acceptance(pair, LONG_PROMPTS, 1.0, width=4, tokens_per_prompt=60, draws=4)
+    for k in range(3):
+        assert abs(star.probabilities[k] - rep.probabilities[k]) < 2 * (star.ci95[k] + rep.ci95[k]) + 0.02, k
+
+
+def test_the_cli_measures_code_prose_and_pooled_vectors(tmp_path):
+    draft, target = tiny_pair_dirs("llama")
+    prompts = tmp_path / "set.json"
+    prompts.write_text(json.dumps({"prompts": [
+        {"kind": "code", "title": "a", "prompt": "def f(x): return x"},
+        {"kind": "code", "title": "b", "prompt": "x = [i for i in y]"},
+        {"kind": "prose", "title": "c", "prompt": "the cat sat on the mat"},
+        {"kind": "prose", "title": "d", "prompt": "a quiet evening by the sea"}]}))
+    out = subprocess.run([sys.executable, "-m", "engine", "measure", "--draft", draft, "--target", target,
+                          "--replay", "--prompt-set", prompts, "--by-domain", "--temperature", "0.7", "--width", "8",
+                          "--tokens-per-prompt", "12", "--json"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180, env={**__import__("os").environ, "SEQUOIA_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    code, prose, pooled = got["vectors"]
+    assert (code["domain"], prose["domain"], pooled["domain"]) == ("code", "prose", "")
+    assert pooled["positions"] == code["positions"] + prose["positions"]
+    for k in range(8):
+        mixed = (code["probabilities"][k] * code["positions"] + prose["probabilities"][k] * prose["positions"])
+        assert abs(pooled["probabilities"][k] - mixed / pooled["positions"]) < 1e-12
+    assert isinstance(got["domains_differ"], bool)
+    files = list((tmp_path / "cache" / "acceptance").glob("*.json"))
+    assert len(files) == 3  # three keys: code, prose and the pooled one (the key older files use)
+
+
+def test_by_domain_without_a_prompt_set_is_a_clear_error():
+    draft, target = tiny_pair_dirs("llama")
+    out = subprocess.run([sys.executable, "-m", "engine", "measure", "--draft", draft, "--target", target,
+                          "--by-domain"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--by-domain needs --prompt-set" in out.stderr
