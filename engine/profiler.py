@@ -264,6 +264,15 @@ def geometric_grid(maximum: int) -> list[int]:
     return sorted(set(grid))
 
 
+DENSE_UP_TO = 8  # every n up to here is profiled: the best CPU trees are 3-8 nodes, where t(n) bends
+
+
+def profile_grid(maximum: int) -> list[int]:
+    """Every n <= DENSE_UP_TO, then doubling: interpolating t(5) between t(4) and t(8) made the
+    planner pass over a 5-node chain that beat the 4-node one it chose (issue 14)."""
+    return sorted({*range(1, min(maximum, DENSE_UP_TO) + 1), *geometric_grid(maximum)})
+
+
 def machine_description(device: torch.device | str | None = None) -> dict:
     import transformers
     info = {"platform": platform.platform(), "processor": _cpu_name(), "torch_threads": torch.get_num_threads(),
@@ -390,7 +399,7 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
 
     vocab = pair.vocab_size
     prefix = [(31 * i + 11) % vocab for i in range(prefix_tokens)]
-    target_grid, draft_grid = geometric_grid(max_budget), geometric_grid(max_width or max_budget)
+    target_grid, draft_grid = profile_grid(max_budget), profile_grid(max_width or max_budget)
     jobs = [("target", n) for n in target_grid] + [("draft", w) for w in draft_grid]
     target_s, draft_s = {}, {}
     spreads = {"target": {}, "draft": {}}

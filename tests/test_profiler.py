@@ -44,7 +44,7 @@ def test_device_profile_is_measured_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     pair = tiny_pair("llama")
     prof = profiler.device_profile(pair, max_budget=8, repeats=2, prefix_tokens=16)
-    assert sorted(prof.target_seconds) == [1, 2, 4, 8] == sorted(prof.draft_seconds)
+    assert sorted(prof.target_seconds) == [1, 2, 3, 4, 5, 6, 7, 8] == sorted(prof.draft_seconds)
     assert all(t > 0 for t in prof.target_seconds.values()) and prof.overhead_seconds >= 0
     assert profiler.cached_profile(pair).target_seconds == prof.target_seconds
     plan = planning.auto_plan(pair, Settings(temperature=0.0), max_budget=8, max_depth=4, prompts=PROMPTS,
@@ -66,7 +66,7 @@ def test_the_hook_before_each_target_forward_runs_outside_the_clock(monkeypatch)
             next(clock)
 
     prof = profiler.profile_device(pair, max_budget=4, repeats=2, prefix_tokens=8, before_target_forward=hook)
-    assert len(calls) == 3 * (2 + 1)  # n = 1, 2, 4; two timed tries and a warm-up each
+    assert len(calls) == 4 * (2 + 1)  # n = 1, 2, 3, 4; two timed tries and a warm-up each
     assert set(prof.target_seconds.values()) == {1.0}  # each try: exactly one tick between its two clock reads
     assert "page_cache" not in prof.machine
 
@@ -219,3 +219,9 @@ def test_the_full_cover_value_check_alone_catches_the_specinfer_profiler(monkeyp
     vec, _ = _spied_measure(monkeypatch, far, 1.0, 1.0, "sequoia", 16, LONG_PROMPTS, 40)
     with pytest.raises(AssertionError):
         _check_full_cover(vec)
+
+
+def test_the_profile_grid_is_dense_where_cpu_trees_live():
+    assert profiler.profile_grid(32) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32]
+    assert profiler.profile_grid(5) == [1, 2, 3, 4, 5]
+    assert profiler.profile_grid(12) == [1, 2, 3, 4, 5, 6, 7, 8, 12]
