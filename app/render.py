@@ -161,8 +161,11 @@ def plan_line(result, running: bool = False) -> str:
     if result.acceptance is not None:
         vec = result.acceptance
         cls = "sq-warn" if not result.exact else "sq-note"
+        # after "; ": which prompt domain's vector stands, and why (engine/domains.py)
+        why = result.acceptance_note.split("; ", 1)[1] if "; " in result.acceptance_note else ""
         note = (f'<div class="{cls}">acceptance: {esc(result.acceptance_note if not result.exact else "")}'
-                f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}</div>')
+                f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}'
+                f'{f" · {esc(why)}" if why and result.exact else ""}</div>')
     elif result.acceptance_note:
         note = f'<div class="sq-note">{esc(result.acceptance_note)}</div>'
     learned = getattr(result, "learned", None)

@@ -363,7 +363,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                 r = run_once(_runs_on(s, pair, baseline_pair), ids[i], s, settings, memory)
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
                          load_average=load, **_run_prediction(s, own or vec, prof, temperature))
-                _learn(pair, config, settings, s, r, vec, acceptance_info[_tkey(temperature)])
+                _learn(pair, config, settings, s, r, own or vec, acceptance_info[_tkey(temperature)], domain)
                 loads.append(load[0] if load else None)
                 runs.append(r)
                 say(f"T={temperature} prompt {i + 1}/{len(prompts)} {s.key:<24s} {r['tokens']:3d} tok "
@@ -420,12 +420,14 @@ def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
     return per_step, (statistics.median(speeds) if all(speeds) else None)
 
 
-def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: dict, vec, info: dict) -> None:
-    """Learning on: store the run's censored outcomes; add the rest-of-run check to the run."""
+def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: dict, vec, info: dict,
+           domain: str = "") -> None:
+    """Learning on: store the run's censored outcomes (under its prompt domain's key where the
+    planner keeps code and prose apart); add the rest-of-run check to the run."""
     events = r.pop("events")
     if not (config.learn and spec.method.uses_draft and learns_from(spec.method, settings)):
         return
-    key = learning_key(pair, settings)
+    key = learning_key(pair, settings, domain=domain)
     start = learning.with_stored(vec, learning.load(key)).probabilities
     rest = rest_of_run(events, spec.tree, start)
     if rest is not None:
@@ -433,7 +435,9 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "sampler": "greedy" if settings.greedy else "sequoia"}
     stored = learning.record(key, r["evidence"], meta, vec.probabilities)
-    info["learned"] = {"key": key, "positions": int(stored.nodes), "runs": stored.runs}
+    info.setdefault("learned_by_domain", {})[domain or "pooled"] = {"key": key, "positions": int(stored.nodes),
+                                                                    "runs": stored.runs}
+    info["learned"] = info["learned_by_domain"][domain or "pooled"]
 
 
 def _runs_on(spec: MethodSpec, pair: ModelPair, baseline_pair: ModelPair | None) -> ModelPair:

@@ -40,21 +40,25 @@ def check_prompts(prompts: list[Prompt]) -> list[tuple[Prompt, int | None]]:
     return out
 
 
-def learning_plan(pair, config, settings: Settings, vec, prof) -> planning.PlanResult:
+def learning_plan(pair, config, settings: Settings, vec, prof, prompt: str | None = None) -> planning.PlanResult:
     """The plan the check runs: sequoia-auto (or the DP tree of the largest budget without a
-    profile or under --no-auto) for `vec` pooled with the stored evidence of these settings."""
+    profile or under --no-auto) for `vec` (or the prompt domain's own vector where code and prose
+    differ: planning.vector_for_prompt) pooled with the stored evidence of these settings."""
+    own, domain, _ = planning.vector_for_prompt(pair, settings, "sequoia", prompt)
+    vec = own or vec
     if config.auto and prof is not None:
         spec = planning.MethodSpec("sequoia-auto", config.auto_max_budget, config.max_depth)
     else:
         n = max(config.budgets)
         spec = planning.MethodSpec("sequoia", n, config.max_depth if n > 1 else 1)
-    key = planning.learning_key(pair, settings)
+    key = planning.learning_key(pair, settings, domain=domain)
     stored = learning.load(key)
     start = learning.with_stored(vec, stored)
     tree = planning.plan_from_vector(spec, start.probabilities, prof, not settings.greedy)
     return planning.PlanResult(spec, M.sequoia(tree, name=spec.kind), tree.expected_tokens(start.probabilities),
                                start, start.source, True, prof, base_acceptance=vec,
-                               learned={"key": key, "positions": int(stored.nodes), "runs": stored.runs})
+                               learned={"key": key, "positions": int(stored.nodes), "runs": stored.runs},
+                               domain=domain)
 
 
 def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int):
@@ -80,7 +84,8 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
         last = event
     row = {"method": result.spec.kind, "finish_reason": last.finish_reason, "tokens": last.total_tokens,
            "steps": last.total_steps, "seconds": time.perf_counter() - t0, "frozen": bool(frozen),
-           "replans": replan.replans, "start_source": result.acceptance.source}
+           "replans": replan.replans, "start_source": result.acceptance.source,
+           "acceptance_domain": result.domain or "pooled"}
     rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after) if frozen else None
     if rest is None:
         row.update(error=None, note=("no learning: the plan drafts nothing" if learner is None else
@@ -116,7 +121,7 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
         for prompt, index in check_prompts(prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=after + tokens, seed=config.seed + (index or 0), ignore_eos=True)
-            result = learning_plan(pair, config, settings, vectors[temperature], prof)
+            result = learning_plan(pair, config, settings, vectors[temperature], prof, prompt.text)
             ids = encode_prompt(pair, prompt.text, config.chat)
             row, replan = run_one(pair, ids, result, settings, after)
             row = {"temperature": temperature, "kind": prompt.kind, "prompt": prompt.title,

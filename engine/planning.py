@@ -259,9 +259,10 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
                 progress, should_stop, prompts, tokens_per_prompt,
                 interpolate_first: bool = False, prompt: str | None = None) -> tuple[Any, bool, str, str]:
     """(vector or None, exact for these settings, where it came from in words, prompt domain used).
-    Without an exact vector: measured now when `measure` (unless `interpolate_first` and an
-    interpolation exists: learning then refines it during the run), else interpolated, else the
-    nearest measured one. A measured or interpolated pooled vector gives way to the prompt
+    Without an exact vector: measured now when `measure`, except with `interpolate_first` (learning
+    on: the run refines whatever it starts from), which takes an interpolated vector, else the
+    nearest measured one, and measures only when the pair has no vector of that kind at all;
+    without `measure`: interpolated, else the nearest measured one (allow_nearest). A measured or interpolated pooled vector gives way to the prompt
     domain's own (vector_for_prompt)."""
     T, top_p, top_k = settings.temperature, settings.top_p, settings.top_k
     vec = profiler.cached_acceptance(pair, T, top_p, sampler, top_k=top_k)
@@ -281,12 +282,17 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
                 vec, note = own, (f"no vector measured at T={T:g}, top-p={top_p:g}: INTERPOLATED "
                                   f"({own.source[len('interpolated: '):]})")
             return vec, False, note + why, domain
-    if measure:
+    if measure and not interpolate_first:
         vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress, top_k=top_k,
                                          should_stop=should_stop, prompts=prompts,
                                          tokens_per_prompt=tokens_per_prompt)
         return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})", ""
-    near = profiler.nearest_vector(pair, T, top_p, sampler, top_k) if allow_nearest else None
+    near = profiler.nearest_vector(pair, T, top_p, sampler, top_k) if allow_nearest or interpolate_first else None
+    if near is None and measure:  # nothing of this kind measured for the pair at all: measure now
+        vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress, top_k=top_k,
+                                         should_stop=should_stop, prompts=prompts,
+                                         tokens_per_prompt=tokens_per_prompt)
+        return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})", ""
     if near is None:
         raise NeedsMeasurement("acceptance", f"no acceptance vector measured for this pair at T={T:g}, "
                                f"top-p={top_p:g}: it must be measured first")

@@ -158,3 +158,25 @@ def test_quick_plan_uses_an_interpolated_vector_labelled_so(tmp_path, monkeypatc
     assert not plan.exact and "INTERPOLATED" in plan.acceptance_note
     assert plan.acceptance.probabilities == pytest.approx([0.5, 0.2])
     assert plan.summary()["acceptance_interpolated"]
+
+
+def test_a_learning_run_outside_the_measured_range_starts_at_once_from_the_nearest(tmp_path, monkeypatch):
+    """Learning on (the app's and CLI's default): a temperature beyond every measured one plans from
+    the nearest vector, labelled so, instead of blocking on a measurement; the run refines it."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama")
+    for T, probs in ((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2])):
+        v = _vec(T, 1.0, probs)
+        v.draft, v.target = pair.draft_name, pair.target_name
+        profiler.save_acceptance(pair, v)
+
+    def no_measuring(*a, **k):
+        raise AssertionError("measured although learning could start from a measured vector")
+
+    monkeypatch.setattr(profiler, "measure_acceptance", no_measuring)
+    plan = planning.build_plan(pair, planning.MethodSpec("sequoia", 8, 4), Settings(temperature=1.6),
+                               measure=True, learn=True)
+    assert not plan.exact and "nearest" in plan.acceptance_note and plan.acceptance.temperature == 1.0
+    with pytest.raises(AssertionError, match="measured although"):  # learning off: it measures
+        planning.build_plan(pair, planning.MethodSpec("sequoia", 8, 4), Settings(temperature=1.6),
+                            measure=True, learn=False)
