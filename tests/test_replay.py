@@ -131,3 +131,31 @@ def test_by_domain_without_a_prompt_set_is_a_clear_error():
     out = subprocess.run([sys.executable, "-m", "engine", "measure", "--draft", draft, "--target", target,
                           "--by-domain"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--by-domain needs --prompt-set" in out.stderr
+
+
+def test_one_row_at_a_time_gives_the_logits_of_one_forward():
+    """The incremental path (for row-coupled drafts) computes the same logits as one causal
+    forward on a model whose rows are independent."""
+    pair = tiny_pair("llama")
+    ids = encode_prompt(pair, "the cat sat on the mat", False)
+    start = 4
+    whole = replay._logits(pair.draft, ids, start)
+    rows = replay._logits(pair.draft, ids, start, one_row_at_a_time=True)
+    assert whole.shape == rows.shape == (len(ids) - start, pair.draft.config.vocab_size)
+    assert torch.allclose(whole, rows, atol=1e-5)
+
+
+def test_a_row_coupled_draft_is_replayed_one_row_at_a_time(monkeypatch):
+    """The int8 draft of the fast CPU path shares one activation scale across a forward's rows:
+    its q must be computed as a decoding step computes it, one position at a time."""
+    pair = tiny_pair("llama", kernels="fast")
+    assert pair.rows_coupled("draft") and not pair.rows_coupled("target")
+    calls, real = [], replay._logits
+
+    def spy(model, ids, start=0, one_row_at_a_time=False):
+        calls.append((model is pair.draft, one_row_at_a_time))
+        return real(model, ids, start, one_row_at_a_time)
+
+    monkeypatch.setattr(replay, "_logits", spy)
+    replay.replay_acceptance(pair, ["hello world"], 0.7, width=4, tokens_per_prompt=8)
+    assert (True, True) in calls and (False, False) in calls and (True, False) not in calls
