@@ -63,4 +63,4 @@ def pooled_vector(parts: list):
                             first.sampler, first.temperature, first.top_p, width,
                             sum(v.prompts for v in parts), first.measured_at, sum(v.seconds for v in parts),
                             draft_kernels=first.draft_kernels, top_k=first.top_k, domain="",
-                            method=first.method)
+                            method=first.method, machine=first.machine)

@@ -56,6 +56,7 @@ class AcceptanceVector:
     top_k: int = 0                      # 0 = off (files written before top-k existed read as off)
     domain: str = ""                    # "" = every prompt pooled; or the prompt kind measured ("code", "prose")
     method: str = "star"                # "star" (on-policy star decoding) or "replay" (engine/replay.py)
+    machine: dict = field(default_factory=dict)  # where it was measured (machine_description)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -132,7 +133,7 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
                             "greedy" if temperature == 0 else sampler, float(temperature),
                             float(top_p), width, len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"),
                             time.perf_counter() - start, draft_kernels=draft_kernels(pair),
-                            top_k=int(top_k or 0) if temperature else 0)
+                            top_k=int(top_k or 0) if temperature else 0, machine=machine_description(pair.device))
 
 
 def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",

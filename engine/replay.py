@@ -33,7 +33,8 @@ from engine import attention, methods, sampling
 from engine.decoding import fit_vocab, generate_ids, make_generator
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt
-from engine.profiler import AcceptanceVector, Progress, Stopped, draft_kernels, measurable_width
+from engine.profiler import (AcceptanceVector, Progress, Stopped, draft_kernels, machine_description,
+                             measurable_width)
 from engine.settings import Settings
 
 DECODE_METHOD = methods.chain(4)  # how the answers are decoded: any exact method, a chain is fast on a CPU
@@ -113,4 +114,4 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
                             "greedy" if temperature == 0 else sampler, float(temperature), float(top_p), width,
                             len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter() - start,
                             draft_kernels=draft_kernels(pair), top_k=int(top_k or 0) if temperature else 0,
-                            domain=domain, method="replay")
+                            domain=domain, method="replay", machine=machine_description(pair.device))
