@@ -47,6 +47,8 @@ def add_plan_pair_args(g) -> None:
     g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (transformers' top_k, applied after temperature, before top-p); 0 = off")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--prompts", default=None, help="prompts file for measuring the vector if not cached")
+    g.add_argument("--for-prompt", default=None, metavar="TEXT",
+                   help="plan for this prompt: its domain's (code/prose) vector where they differ (engine/domains.py)")
     g.add_argument("--auto", action="store_true",
                    help="hardware-aware: choose budget and depth from this device's measured profile")
     g.add_argument("--max-budget", type=int, default=128, help="--auto searches budgets up to this")
@@ -142,8 +144,8 @@ def plan_with_pair(args):
     pair = pair_from_args(args)
     if args.auto:
         return auto_plan(pair, settings, max_budget=args.max_budget, max_depth=args.depth or 16,
-                         prompts=prompts), pair
-    return dp_plan(pair, settings, args.budget, args.depth, prompts=prompts), pair
+                         prompts=prompts, prompt=args.for_prompt), pair
+    return dp_plan(pair, settings, args.budget, args.depth, prompts=prompts, prompt=args.for_prompt), pair
 
 
 def run_with_pair(args) -> int:
@@ -163,7 +165,9 @@ def run_with_pair(args) -> int:
         return 0
     acc = plan.acceptance
     print(f"acceptance ({acc.sampler}, T={acc.temperature}, top-k={acc.top_k}, top-p={acc.top_p}, {acc.positions} positions, "
-          f"{acc.source}): {', '.join(f'{a:.3f}' for a in acc.probabilities[:8])}{' ...' if len(acc.probabilities) > 8 else ''}")
+          f"{plan.domain or 'pooled'} vector, {acc.source}): "
+          f"{', '.join(f'{a:.3f}' for a in acc.probabilities[:8])}{' ...' if len(acc.probabilities) > 8 else ''}")
+    print(f"  ({plan.acceptance_note})")
     if plan.choice is not None:
         c = plan.choice
         print(f"hardware-aware choice on {pair.device}: n={c.n}, d={c.d}; predicted {c.predicted_tokens_per_step:.2f} "
