@@ -255,9 +255,11 @@ def test_acceptance_keys_are_unchanged_with_top_k_off():
         pair = SimpleNamespace(draft_name=vec.draft, target_name=vec.target, vocab_size=151936,
                                cpu_kernels={"draft": {"mode": vec.draft_kernels}})
         for off in (0, None):
-            assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, off) == path.stem
+            assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, off,
+                                           vec.domain) == path.stem
         if vec.temperature:
-            assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, 5) != path.stem
+            assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, 5,
+                                           vec.domain) != path.stem
 
 
 def test_top_k_on_the_command_line_and_in_the_check():

@@ -84,9 +84,16 @@ def test_shipped_acceptance_vectors_are_found_under_their_own_key(tmp_path, monk
         assert abs(sum(vec.probabilities) + vec.none - 1) < 1e-6
         pair = SimpleNamespace(draft_name=vec.draft, target_name=vec.target,
                                cpu_kernels={"draft": {"mode": vec.draft_kernels}})
-        assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width) == path.stem
-        found = profiler.cached_acceptance(pair, vec.temperature, vec.top_p, vec.sampler, width=vec.width)
-        assert found is not None and found.probabilities == vec.probabilities
+        # code and prose vectors have their own keys; the pooled one ("") has the key used before domains
+        assert profiler.acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width,
+                                       domain=vec.domain) == path.stem
+        found = profiler.cached_acceptance(pair, vec.temperature, vec.top_p, vec.sampler, width=vec.width,
+                                           domain=vec.domain)
+        assert found is not None and found.probabilities == vec.probabilities and found.domain == vec.domain
+    domains = {(v["temperature"], v["top_p"], v.get("domain", "")) for v in map(lambda p: json.loads(p.read_text()), shipped)
+               if v.get("draft_kernels") == "fast"}
+    for t, p in {(t, p) for t, p, _ in domains}:  # every fast-path setting ships code, prose and pooled
+        assert {(t, p, d) for d in ("", "code", "prose")} <= domains, (t, p)
 
 
 def test_dropping_the_page_cache_without_permission_is_a_clear_error(monkeypatch):
