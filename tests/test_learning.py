@@ -146,13 +146,19 @@ def test_interpolation_between_measured_temperatures():
     assert interpolation.interpolated_vector(pair, 1.5, 1.0, vectors=vecs[:3]) is None
 
 
-def test_quick_plan_uses_an_interpolated_vector_labelled_so(tmp_path, monkeypatch):
+def _pair_measured_at_half_and_one(tmp_path, monkeypatch):
+    """A tiny pair whose (empty, private) cache holds vectors measured at T = 0.5 and T = 1.0."""
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     pair = tiny_pair("llama")
     for T, probs in ((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2])):
         v = _vec(T, 1.0, probs)
         v.draft, v.target = pair.draft_name, pair.target_name
         profiler.save_acceptance(pair, v)
+    return pair
+
+
+def test_quick_plan_uses_an_interpolated_vector_labelled_so(tmp_path, monkeypatch):
+    pair = _pair_measured_at_half_and_one(tmp_path, monkeypatch)
     plan = planning.build_plan(pair, planning.MethodSpec("sequoia", 8, 4), Settings(temperature=0.75),
                                measure=False, allow_nearest=True)
     assert not plan.exact and "INTERPOLATED" in plan.acceptance_note
@@ -163,12 +169,7 @@ def test_quick_plan_uses_an_interpolated_vector_labelled_so(tmp_path, monkeypatc
 def test_a_learning_run_outside_the_measured_range_starts_at_once_from_the_nearest(tmp_path, monkeypatch):
     """Learning on (the app's and CLI's default): a temperature beyond every measured one plans from
     the nearest vector, labelled so, instead of blocking on a measurement; the run refines it."""
-    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
-    pair = tiny_pair("llama")
-    for T, probs in ((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2])):
-        v = _vec(T, 1.0, probs)
-        v.draft, v.target = pair.draft_name, pair.target_name
-        profiler.save_acceptance(pair, v)
+    pair = _pair_measured_at_half_and_one(tmp_path, monkeypatch)
 
     def no_measuring(*a, **k):
         raise AssertionError("measured although learning could start from a measured vector")
