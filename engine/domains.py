@@ -51,13 +51,13 @@ def differ(a, b, ranks: int = 3) -> bool:
 def pooled_vector(parts: list):
     """Vectors of the same settings measured on disjoint prompt sets, pooled position-weighted
     (what one measurement over all their prompts gives), with domain "" (every prompt)."""
-    from engine.profiler import AcceptanceVector
+    from engine.profiler import AcceptanceVector, ci95
     if not parts:
         raise UserError("nothing to pool")
     total = sum(v.positions for v in parts)
     width = min(v.width for v in parts)
     probs = [sum(v.probabilities[k] * v.positions for v in parts) / total for k in range(width)]
-    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / total) for p in probs]
+    ci = ci95(probs, total)
     first = parts[0]
     return AcceptanceVector(probs, max(0.0, 1.0 - sum(probs)), total, ci, first.draft, first.target,
                             first.sampler, first.temperature, first.top_p, width,

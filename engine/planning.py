@@ -265,6 +265,13 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
     without `measure`: interpolated, else the nearest measured one (allow_nearest). A measured or interpolated pooled vector gives way to the prompt
     domain's own (vector_for_prompt)."""
     T, top_p, top_k = settings.temperature, settings.top_p, settings.top_k
+
+    def measured_now():
+        vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress, top_k=top_k,
+                                         should_stop=should_stop, prompts=prompts,
+                                         tokens_per_prompt=tokens_per_prompt)
+        return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})", ""
+
     vec = profiler.cached_acceptance(pair, T, top_p, sampler, top_k=top_k)
     if vec is not None:
         own, domain, why = vector_for_prompt(pair, settings, sampler, prompt, interpolated=False)
@@ -283,16 +290,10 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
                                   f"({own.source[len('interpolated: '):]})")
             return vec, False, note + why, domain
     if measure and not interpolate_first:
-        vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress, top_k=top_k,
-                                         should_stop=should_stop, prompts=prompts,
-                                         tokens_per_prompt=tokens_per_prompt)
-        return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})", ""
+        return measured_now()
     near = profiler.nearest_vector(pair, T, top_p, sampler, top_k) if allow_nearest or interpolate_first else None
     if near is None and measure:  # nothing of this kind measured for the pair at all: measure now
-        vec = profiler.acceptance_vector(pair, T, top_p, sampler, measure=True, progress=progress, top_k=top_k,
-                                         should_stop=should_stop, prompts=prompts,
-                                         tokens_per_prompt=tokens_per_prompt)
-        return vec, True, f"measured just now over {vec.positions} positions (cached in {vec.source})", ""
+        return measured_now()
     if near is None:
         raise NeedsMeasurement("acceptance", f"no acceptance vector measured for this pair at T={T:g}, "
                                f"top-p={top_p:g}: it must be measured first")

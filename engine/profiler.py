@@ -89,6 +89,11 @@ def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: flo
     return _key(*parts, kernels) if kernels != "default" else _key(*parts)
 
 
+def ci95(probabilities: list[float], positions: int) -> list[float]:
+    """Half-width of a 95 % normal interval per rank, for shares observed over `positions`."""
+    return [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / positions) for p in probabilities]
+
+
 def measurable_width(pair, width: int) -> int:
     """A star cannot have more children than the vocabulary has tokens: measure at most that many."""
     vocab = getattr(pair, "vocab_size", None)
@@ -128,7 +133,7 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
     if total == 0:
         raise UserError("no positions measured (prompts ended at once)")
     probs = [c / total for c in counts]
-    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / total) for p in probs]
+    ci = ci95(probs, total)
     return AcceptanceVector(probs, none / total, total, ci, pair.draft_name, pair.target_name,
                             "greedy" if temperature == 0 else sampler, float(temperature),
                             float(top_p), width, len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -22,7 +22,6 @@ shared scale, 0.87 and 0.80 one row at a time).
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from typing import Callable
@@ -33,7 +32,7 @@ from engine import attention, methods, sampling
 from engine.decoding import fit_vocab, generate_ids, make_generator
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt
-from engine.profiler import (AcceptanceVector, Progress, Stopped, draft_kernels, machine_description,
+from engine.profiler import (AcceptanceVector, Progress, Stopped, ci95, draft_kernels, machine_description,
                              measurable_width)
 from engine.settings import Settings
 
@@ -109,7 +108,7 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
     if positions == 0:
         raise UserError("no positions measured (every answer was empty)")
     probs = [c / positions for c in counts[:width]]
-    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / positions) for p in probs]
+    ci = ci95(probs, positions)
     return AcceptanceVector(probs, counts[width] / positions, positions, ci, pair.draft_name, pair.target_name,
                             "greedy" if temperature == 0 else sampler, float(temperature), float(top_p), width,
                             len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter() - start,
