@@ -44,13 +44,13 @@ import re
 import resource
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from engine import bench_goals, learning, profiler
+from engine import bench_goals, learning, observed, profiler
 from engine import methods as M
 from engine.decoding import generate
 from engine.errors import UserError
@@ -222,6 +222,8 @@ class MethodSpec:
             return f"chain d={t.depth}"
         if self.family == "specinfer":
             return f"specinfer {self.width}x{t.depth}"
+        if self.family == "sequoia-auto":
+            return "sequoia-auto"  # planned per prompt: the runs carry their own trees
         return f"{self.family} n={t.size} d={t.depth}"
 
 
@@ -336,6 +338,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     specs_by_t: dict[float, list[MethodSpec]] = {}
     vectors = {}
     loads = []
+    costs_seen = observed.Observations()  # step costs of this run's earlier runs (never the user's store)
     for temperature in config.temperatures:
         vec, info = _acceptance(pair, config, temperature, acc_texts, say)
         acceptance_info[_tkey(temperature)] = info
@@ -357,16 +360,24 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             acceptance_info[_tkey(temperature)].setdefault("per_prompt", {})[str(i)] = {
                 "domain": domain or "pooled", "note": why.lstrip("; ") or "pooled vector (no code/prose vectors)",
                 "positions": (own or vec).positions}
+            costs = observed.corrected(prof, costs_seen, temperature > 0) if prof is not None else None
+            behind = costs_seen.steps  # the steps `costs` learned from (earlier prompts' runs)
+            prompt_specs = [_auto_for_prompt(s, config, own or vec, costs, temperature) for s in specs]
             shift = i % len(specs)
-            for s in specs[shift:] + specs[:shift]:
+            for s in prompt_specs[shift:] + prompt_specs[:shift]:
                 load = load_average()
                 r = run_once(_runs_on(s, pair, baseline_pair), ids[i], s, settings, memory)
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
-                         load_average=load, **_run_prediction(s, own or vec, prof, temperature))
+                         load_average=load, **_run_prediction(s, own or vec, prof, costs, behind, temperature))
+                if s.family == "sequoia-auto":
+                    r.update(nodes=s.tree.size, depth=s.tree.depth, parents=list(s.tree.parents))
+                if prof is not None and s.family != "ar-default-kernels":  # that lane runs on other kernels
+                    observed.add_events(costs_seen, prof, r["events"], temperature > 0)
                 _learn(pair, config, settings, s, r, own or vec, acceptance_info[_tkey(temperature)], domain)
                 loads.append(load[0] if load else None)
                 runs.append(r)
-                say(f"T={temperature} prompt {i + 1}/{len(prompts)} {s.key:<24s} {r['tokens']:3d} tok "
+                name = f"{s.key} n={s.tree.size} d={s.tree.depth}" if s.family == "sequoia-auto" else s.key
+                say(f"T={temperature} prompt {i + 1}/{len(prompts)} {name:<24s} {r['tokens']:3d} tok "
                     f"{r['steps']:3d} steps {r['tokens_per_second']:6.2f} tok/s {r['tokens_per_step']:5.2f} tok/step "
                     f"(load {load[0] if load else '?'}; {time.perf_counter() - wall0:.0f} s elapsed)")
     check = None
@@ -396,14 +407,33 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     return out
 
 
-def _run_prediction(spec: MethodSpec, vec, prof, temperature: float) -> dict:
+def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperature: float) -> MethodSpec:
+    """The hardware-aware lane as the app plans it for this prompt: its domain's vector (else the
+    pooled one) and the profile corrected by the step costs observed so far (this run's only)."""
+    if spec.family != "sequoia-auto" or costs is None:
+        return spec
+    choice = hardware_aware(vec.probabilities, costs, config.auto_max_budget, config.max_depth, temperature > 0)
+    return replace(spec, method=M.sequoia(choice.tree, name="sequoia-auto"), budget=choice.n,
+                   predicted_tokens_per_step=choice.predicted_tokens_per_step,
+                   extra={**spec.extra, "chosen_budget": choice.n, "chosen_depth_bound": choice.d})
+
+
+def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float) -> dict:
     """A run's own prediction, from the vector of its prompt's domain where code and prose differ
-    (engine/domains.py), else the pooled one: what the planner would predict for that prompt."""
+    (engine/domains.py), else the pooled one: what the planner would predict for that prompt.
+    Tokens/s from the profile corrected by the step costs of this bench's earlier runs (`costs`,
+    what the app's planner does with the runs it has seen; before any run, the profile itself),
+    and from the profile alone (`*_profile`)."""
     if spec.predicted_tokens_per_step is None:
         return {}
     out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain}
     if prof is not None:
-        out["predicted_tokens_per_second"] = predict(spec.tree, vec.probabilities, prof, temperature > 0).tokens_per_second
+        sampling = temperature > 0
+        corrected = predict(spec.tree, vec.probabilities, costs, sampling)
+        out.update(predicted_tokens_per_second=corrected.tokens_per_second, predicted_speedup=corrected.speedup,
+                   predicted_tokens_per_second_profile=predict(spec.tree, vec.probabilities, prof,
+                                                               sampling).tokens_per_second,
+                   cost_model_observed_steps=behind)
     return out
 
 
@@ -418,6 +448,21 @@ def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
     per_step = sum(yields) / sum(y / p for y, p in zip(yields, preds)) if sum(yields) else None
     speeds = [r.get("predicted_tokens_per_second") for r in rs]
     return per_step, (statistics.median(speeds) if all(speeds) else None)
+
+
+def _trees_label(spec: MethodSpec, rs: list[dict]) -> tuple[str, list[dict]]:
+    """The label of a result row and, for the per-prompt hardware-aware lane, which trees ran."""
+    if spec.family != "sequoia-auto":
+        return spec.key, []
+    trees: dict[tuple, dict] = {}
+    for r in rs:
+        t = trees.setdefault(tuple(r["parents"]), {"nodes": r["nodes"], "depth": r["depth"],
+                                                  "parents": r["parents"], "prompts": []})
+        t["prompts"].append(r["prompt"])
+    if len(trees) == 1:
+        (t,) = trees.values()
+        return f"sequoia-auto n={t['nodes']} d={t['depth']}", list(trees.values())
+    return "sequoia-auto (per prompt)", list(trees.values())
 
 
 def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: dict, vec, info: dict,
@@ -462,7 +507,12 @@ DEFINITIONS = {
     "predicted_tokens_per_step": "F(tree) under the positional acceptance model, per run from the vector of the "
                                  "prompt's domain where code and prose differ (else pooled), pooled over runs as "
                                  "yields / predicted steps; *_pooled_vector: from the pooled vector alone",
-    "predicted_tokens_per_second": "predicted tokens/step over the step time modelled from the device profile",
+    "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
+                                   "device profile corrected by the step costs this bench's earlier runs observed "
+                                   "(engine/observed.py, as the app's planner corrects it; the first prompt's runs "
+                                   "use the profile alone); *_profile: from the profile alone",
+    "sequoia-auto": "the hardware-aware plan made per prompt as the app makes it: the prompt domain's vector (else "
+                    "the pooled one) and the corrected profile above; trees_by_prompt lists the trees that ran",
     "peak_memory_bytes": "max over the method's runs; see machine.peak_memory_kind (on CPU it includes the weights)",
     "peak_memory_above_start_bytes": "max over runs of the peak minus the memory in use when the run started "
                                      "(what the method itself adds: KV caches, activations, logits)",
@@ -531,8 +581,12 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
             total = draft + verify + other
             tree = s.tree
             pred_step, pred_speed = _predicted(rs)
+            label, trees = _trees_label(s, rs)
+            if trees:  # the row's own shape: that of the most prompts' tree
+                top = max(trees, key=lambda t: len(t["prompts"]))
+                tree = Tree(tuple(top["parents"]))
             entry = {
-                "method": s.family, "label": s.key, "temperature": temperature,
+                "method": s.family, "label": label, "temperature": temperature,
                 "nodes": tree.size, "depth": tree.depth, "width": s.width, "budget": s.budget,
                 "level_widths": tree.level_widths, "matched_to": s.matched_to,
                 "tokens_per_second": statistics.median(tps), "tokens_per_second_min": min(tps),
@@ -543,8 +597,10 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 "speedup_vs_ar": _median(speed), "speedup_vs_ar_runs": speed,
                 "predicted_tokens_per_step": pred_step or s.predicted_tokens_per_step,
                 "predicted_tokens_per_second": pred_speed or s.predicted_tokens_per_second,
+                "predicted_tokens_per_second_profile": _median([r.get("predicted_tokens_per_second_profile")
+                                                                for r in rs]),
                 "predicted_tokens_per_step_pooled_vector": s.predicted_tokens_per_step,
-                "predicted_speedup": s.predicted_speedup,
+                "predicted_speedup": _median([r.get("predicted_speedup") for r in rs]) or s.predicted_speedup,
                 "draft_seconds": draft, "verify_seconds": verify, "other_seconds": other,
                 "engine_other_seconds": sum(r["engine_other_seconds"] for r in rs),
                 "draft_fraction": draft / total if total else None,
@@ -558,6 +614,8 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
             }
             if s.family in ("sequoia", "sequoia-auto"):
                 entry["parents"] = list(tree.parents)
+            if trees:
+                entry["trees_by_prompt"] = trees
             if entry["predicted_tokens_per_step"]:
                 entry["observed_over_predicted"] = entry["tokens_per_step"] / entry["predicted_tokens_per_step"]
             entry.update(s.extra)

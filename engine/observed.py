@@ -86,22 +86,28 @@ def save(key: str, obs: Observations) -> None:
 
 def record_run(key: str, prof, events, sampling: bool) -> Observations:
     """Add a finished run's steps (StepEvents, in order) to the observations stored under `key`."""
+    with _lock:
+        obs = load(key)
+        add_events(obs, prof, events, sampling)
+        save(key, obs)
+        return obs
+
+
+def add_events(obs: Observations, prof, events, sampling: bool) -> Observations:
+    """Add a finished run's steps to `obs` in memory (the bench keeps its own, see engine/bench.py)."""
     from engine.planner import CostCurve
     from engine.tree import Tree
     draft_curve = CostCurve(prof.draft_seconds, "draft_seconds") if prof is not None else None
-    with _lock:
-        obs = load(key)
-        for event in events:
-            if event.step <= 1 or not event.nodes:
-                continue  # the first step pays one-off costs; final events carry no step
-            tree = Tree(tuple(event.tree_parents))
-            ratio = None
-            if draft_curve is not None and tree.size > 1:
-                profiled = sum(draft_curve(w) for w in tree.expanding_widths if w > 0)
-                ratio = event.draft_seconds / profiled if profiled > 0 else None
-            obs.add(tree.size, event.verify_seconds, ratio, event.other_seconds, sampling)
-        save(key, obs)
-        return obs
+    for event in events:
+        if event.step <= 1 or not event.nodes:
+            continue  # the first step pays one-off costs; final events carry no step
+        tree = Tree(tuple(event.tree_parents))
+        ratio = None
+        if draft_curve is not None and tree.size > 1:
+            profiled = sum(draft_curve(w) for w in tree.expanding_widths if w > 0)
+            ratio = event.draft_seconds / profiled if profiled > 0 else None
+        obs.add(tree.size, event.verify_seconds, ratio, event.other_seconds, sampling)
+    return obs
 
 
 def corrected(prof, obs: Observations, sampling: bool):

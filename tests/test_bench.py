@@ -64,6 +64,26 @@ def test_bench_quick_structure(tmp_path):
     # every counted run is in the JSON: methods x prompts x temperatures
     n_methods = len(results) // 2
     assert len(report["runs"]) == n_methods * len(report["prompts"]) * 2
+    # predicted tokens/s use only the step costs of earlier runs: none before the first prompt's
+    # runs (the profile alone), then a count that never falls and grows from prompt to prompt
+    runs = report["runs"]
+    seen = [(r["temperature"], r["prompt"], r["cost_model_observed_steps"])
+            for r in runs if "cost_model_observed_steps" in r]
+    first = [n for t, p, n in seen if (t, p) == (0.0, 0)]
+    assert first and set(first) == {0}
+    for t, p, n in seen:
+        if (t, p) == (0.0, 0):
+            assert next(r for r in runs if (r["temperature"], r["prompt"], r.get("cost_model_observed_steps"))
+                        == (t, p, n))["predicted_tokens_per_second_profile"] is not None
+    per_prompt = sorted({(t, p, n) for t, p, n in seen})
+    assert len({n for _, _, n in per_prompt}) == len(per_prompt) and [n for *_, n in per_prompt] == sorted(
+        n for *_, n in per_prompt)
+    # the hardware-aware lane is planned per prompt: each run carries the tree it ran
+    for t in (0.0, 0.7):
+        auto = next(r for r in results if r["method"] == "sequoia-auto" and r["temperature"] == t)
+        ran = sorted(p for tree in auto["trees_by_prompt"] for p in tree["prompts"])
+        assert ran == list(range(len(report["prompts"])))
+        assert auto["label"].startswith("sequoia-auto")
 
 
 def test_bench_rejects_bad_flags():

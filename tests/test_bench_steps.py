@@ -18,3 +18,34 @@ def test_a_cut_last_step_counts_its_full_yield():
     entry = bench.aggregate(runs, {0.0: [spec]})[0]
     assert entry["tokens_per_step"] == 5.0 and entry["tokens"] == 7 and entry["truncated_tokens"] == 3
     assert entry["by_kind"]["code"]["tokens_per_step"] == 5.0
+
+
+def test_the_hardware_aware_lane_is_planned_per_prompt_from_its_vector_and_the_corrected_costs():
+    """The bench plans sequoia-auto as the app does for each prompt: a code prompt's vector and a
+    prose prompt's give their own trees, and step costs seen so far change the plan."""
+    from types import SimpleNamespace
+
+    from engine import observed, planning
+    from engine.profiler import DeviceProfile
+    from engine.tree import Tree
+    config = bench.BenchConfig(auto_max_budget=16, max_depth=8)
+    flat = DeviceProfile({1: 0.1, 16: 0.1}, {1: 0.01, 16: 0.01}, 0.0, 128, 3, "d", "t", "cpu", "float32")
+    spec = bench.MethodSpec("sequoia-auto", M.sequoia(Tree((-1,)), name="sequoia-auto"), extra={"x": 1})
+    easy = SimpleNamespace(probabilities=[0.9, 0.05])
+    hard = SimpleNamespace(probabilities=[0.4, 0.2, 0.1, 0.05])
+    a = bench._auto_for_prompt(spec, config, easy, flat, 0.0)
+    b = bench._auto_for_prompt(spec, config, hard, flat, 0.0)
+    assert a.tree == planning.hardware_aware(easy.probabilities, flat, 16, 8).tree != b.tree
+    assert a.key == b.key == "sequoia-auto" and a.extra["x"] == 1 and a.extra["chosen_budget"] == a.tree.size
+    # runs saw every target forward of more than one token cost 10x the profile: the plan shrinks
+    seen = observed.Observations()
+    events = [SimpleNamespace(step=i, nodes=[0] * a.tree.size, tree_parents=list(a.tree.parents),
+                              verify_seconds=1.0, draft_seconds=0.01 * (a.tree.depth - 1), other_seconds=0.0)
+              for i in range(2, 6)]
+    events += [SimpleNamespace(step=i, nodes=[0], tree_parents=[-1], verify_seconds=0.1, draft_seconds=0.0,
+                               other_seconds=0.0) for i in range(2, 6)]
+    observed.add_events(seen, flat, events, False)
+    slow = observed.corrected(flat, seen, False)
+    assert bench._auto_for_prompt(spec, config, easy, slow, 0.0).tree.size < a.tree.size
+    assert bench._auto_for_prompt(bench.MethodSpec("chain", M.chain(3), width=1), config, easy, slow, 0.0).key \
+        == "chain d=3"  # other lanes are left as they are
