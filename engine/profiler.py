@@ -313,15 +313,23 @@ def spread(times: list[float]) -> float:
     return (q[2] - q[0]) / med if med > 0 else 0.0
 
 
-def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop,
-                  before_each: Callable[[], None] | None = None, spreads: dict | None = None) -> float:
-    """Median seconds of one forward over n tree tokens (a star: all at one depth) on a
-    cache that already holds the prefix; the cache is cut back after each try. At least
-    `repeats` timed tries, more (up to MAX_REPEATS) while their spread is above NOISY_SPREAD;
-    the spread reached goes to spreads[n]. `before_each` runs before every timed forward,
-    outside the clock."""
+def prefilled_cache(model, prefix_ids: list[int]) -> DynamicCache:
+    """A KV cache holding the prefix, for _time_forward (one per model serves every n: each try
+    is cut back off it)."""
     cache = DynamicCache(config=model.config)
     attention.forward_causal(model, cache, prefix_ids)
+    return cache
+
+
+def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop,
+                  before_each: Callable[[], None] | None = None, spreads: dict | None = None,
+                  cache: DynamicCache | None = None) -> float:
+    """Median seconds of one forward over n tree tokens (a star: all at one depth) on a
+    cache that already holds the prefix (`cache`, else one made here); the cache is cut back
+    after each try. At least `repeats` timed tries, more (up to MAX_REPEATS) while their spread
+    is above NOISY_SPREAD; the spread reached goes to spreads[n]. `before_each` runs before
+    every timed forward, outside the clock."""
+    cache = cache if cache is not None else prefilled_cache(model, prefix_ids)
     base = len(prefix_ids)
     tree = Tree.star(n - 1) if n > 1 else Tree((-1,))
     visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(n)), list(range(n)),
@@ -409,14 +417,18 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     jobs = [("target", n) for n in target_grid] + [("draft", w) for w in draft_grid]
     target_s, draft_s = {}, {}
     spreads = {"target": {}, "draft": {}}
+    caches = {}  # the prefix is run once per model, not once per n (it cost ~2 s per target point)
     load_before = load_average()
     for i, (role, n) in enumerate(jobs):
         if progress:
             progress(i / (len(jobs) + 1), f"profiling {role} forward over {n} tokens")
         model = pair.target if role == "target" else pair.draft
         before = before_target_forward if role == "target" else None
+        if role not in caches:
+            caches.clear()  # one prefilled cache held at a time
+            caches[role] = prefilled_cache(model, prefix)
         (target_s if role == "target" else draft_s)[n] = _time_forward(model, prefix, n, repeats, clock, should_stop,
-                                                                       before, spreads[role])
+                                                                       before, spreads[role], caches[role])
     if progress:
         progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead and sampling costs")
     overhead = _measure_overhead(pair, prefix, should_stop)
