@@ -140,14 +140,30 @@ DIST_METHODS = {
 }
 
 
-@pytest.fixture(scope="module", params=["default", "fast"])
+@pytest.fixture(scope="module")
 def dist_pair(request):
     # a draft far from the target, so rejections and residuals matter; on both CPU kernel paths
     return tiny_pair("llama", chars=DIST_CHARS, noise=0.8, seed=3, kernels=request.param)
 
 
-@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
-@pytest.mark.parametrize("name", list(DIST_METHODS))
+def _on_kernels(cases, default_in_suite):
+    """Every case on the fast CPU kernels (the default path) in the default suite; on the default
+    kernels, only `default_in_suite` there and the rest under -m slow (the verifier's maths is the
+    same code on both paths; the kernels only change the logits), to keep the suite near 10 minutes."""
+    out = []
+    for kernels in ("default", "fast"):
+        for case in cases:
+            slow = kernels == "default" and case not in default_in_suite
+            out.append(pytest.param(kernels, *case, marks=[pytest.mark.slow] if slow else [],
+                                    id="-".join(map(str, (kernels, *case)))))
+    return out
+
+
+DIST_CASES = [(name, t, top_p) for name in DIST_METHODS for t, top_p in ((1.0, 1.0), (0.7, 0.9))]
+
+
+@pytest.mark.parametrize("dist_pair,name,temperature,top_p", _on_kernels(DIST_CASES, [("sequoia", 0.7, 0.9)]),
+                         indirect=["dist_pair"])
 def test_sampled_continuations_follow_target(dist_pair, name, temperature, top_p):
     ids = encode_prompt(dist_pair, "abca", chat=False)
     settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=2, ignore_eos=True, seed=11)
@@ -155,6 +171,7 @@ def test_sampled_continuations_follow_target(dist_pair, name, temperature, top_p
     assert chi_square_pvalue(samples, exact_two_token_distribution(dist_pair, ids, temperature, top_p)) > 1e-3
 
 
+@pytest.mark.parametrize("dist_pair", [pytest.param("default", marks=pytest.mark.slow), "fast"], indirect=True)
 def test_distribution_test_fails_for_a_wrong_verifier(dist_pair, monkeypatch):
     """The same test with the residual update removed must fail: the test has teeth."""
     def no_residual(p, q, children, generator):
