@@ -1,0 +1,119 @@
+"""How acceptance moves within an answer, on the embedded pair at T = 0 (issue 15's goals):
+
+    .venv/bin/python bench/acceptance_dynamics.py [--ranks bench/acceptance-ranks.json]
+
+Part 1 (about 10 minutes on the 2-core CPU; skipped when --ranks names an existing file): for each
+of the 24 prompts of assets/measurement-prompts.json, the target's greedy answer (128 tokens,
+decoded with chain(4): the same text) and, at every answer position, the rank of the target's
+token among the draft's 16 most likely (0: not among them), from one causal forward of each
+model (engine.replay._logits, the int8 draft one row at a time). Saved to --ranks.
+
+Part 2 (instant): from those ranks,
+- rank-1 agreement overall, in the first 64 positions and after them, and after a hit / a miss
+  at the previous position (how far acceptance along a path departs from independence);
+- per-prompt rank-1 agreement (the spread between prompts of one domain);
+- chains: F under the independent positional model vs the yield simulated on the real rank
+  sequences (at T = 0 the walk follows the answer, so the ranks decide every step);
+- the learning check mimicked on these held-out prompts: rank-1 estimated from the first 64
+  positions, pooled with the domain's mean with w pseudo-observations (engine/learning.py's rule),
+  predicts F(5-level chain) for the rest of the answer, against the simulated rest.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def measure_ranks(path: Path) -> None:
+    import torch
+
+    from engine import methods, sampling
+    from engine.decoding import fit_vocab, generate_ids
+    from engine.models import encode_prompt, load_pair
+    from engine.replay import _logits
+    from engine.settings import Settings
+    pair = load_pair()
+    out = []
+    for i, item in enumerate(json.loads((ROOT / "assets/measurement-prompts.json").read_text())["prompts"]):
+        ids = encode_prompt(pair, item["prompt"], None)
+        answer, _ = generate_ids(pair, ids, methods.chain(4), Settings(temperature=0.0, max_new_tokens=128, seed=i))
+        seq = ids + answer
+        p = _logits(pair.target, seq, len(ids), pair.rows_coupled("target"))
+        q = fit_vocab(_logits(pair.draft, seq, len(ids), pair.rows_coupled("draft")), pair.vocab_size,
+                      torch.device("cpu"))
+        ranks = []
+        for j in range(len(answer)):
+            top, token = sampling.top_tokens(q[j], 16), int(torch.argmax(p[j]))
+            ranks.append(top.index(token) + 1 if token in top else 0)
+        out.append({"domain": item["kind"], "ranks": ranks})
+        print(i, item["kind"], len(ranks), sum(r == 1 for r in ranks) / max(1, len(ranks)), flush=True)
+    path.write_text(json.dumps(out))
+
+
+def chain_walk(ranks: list[int], drafted: int) -> tuple[int, int]:
+    """(tokens, steps) of a chain drafting `drafted` tokens, walked over the real rank sequence."""
+    steps = tokens = i = 0
+    while i < len(ranks):
+        a = 0
+        while a < drafted and i + a < len(ranks) and ranks[i + a] == 1:
+            a += 1
+        steps, tokens, i = steps + 1, tokens + a + 1, i + a + 1
+    return tokens, steps
+
+
+def chain_yield(ranks: list[int], drafted: int) -> float:
+    tokens, steps = chain_walk(ranks, drafted)
+    return tokens / steps
+
+
+def analyse(data: list[dict]) -> None:
+    for dom in ("code", "prose"):
+        rs = [x["ranks"] for x in data if x["domain"] == dom]
+        flat = [r for x in rs for r in x]
+        p1 = sum(r == 1 for r in flat) / len(flat)
+        early, late = [r for x in rs for r in x[:64]], [r for x in rs for r in x[64:]]
+        after_hit = sum(1 for x in rs for a, b in zip(x, x[1:]) if a == 1 and b == 1) / sum(
+            1 for x in rs for a in x[:-1] if a == 1)
+        after_miss = sum(1 for x in rs for a, b in zip(x, x[1:]) if a != 1 and b == 1) / max(1, sum(
+            1 for x in rs for a in x[:-1] if a != 1))
+        print(f"{dom}: {len(rs)} prompts, {len(flat)} positions; rank-1 {p1:.3f} (first 64 positions "
+              f"{sum(r == 1 for r in early) / len(early):.3f}, after them {sum(r == 1 for r in late) / len(late):.3f});"
+              f" after a hit {after_hit:.3f}, after a miss {after_miss:.3f}")
+        per = [sum(r == 1 for r in x) / len(x) for x in rs]
+        print("  per prompt: " + " ".join(f"{v:.2f}" for v in per) + f"  (sd {statistics.pstdev(per):.3f})")
+        for levels in (2, 3, 4, 5, 7, 10):
+            iid = sum(p1 ** j for j in range(levels))
+            walks = [chain_walk(x, levels - 1) for x in rs]  # pooled as the bench pools: yields / steps
+            sim = sum(t for t, _ in walks) / sum(s for _, s in walks)
+            print(f"  chain of {levels} levels: independent model {iid:.2f}, simulated {sim:.2f} ({sim / iid - 1:+.1%})")
+        for w in (0, 32, 100):
+            errs = []
+            for x in rs:
+                head, rest = x[:64], x[64:]
+                if len(rest) < 20:
+                    continue
+                post = (w * p1 + sum(r == 1 for r in head)) / (w + len(head))
+                errs.append(sum(post ** j for j in range(5)) / chain_yield(rest, 4) - 1)
+            within = sum(abs(e) <= 0.10 for e in errs)
+            print(f"  learning check mimicked, w={w}: " + " ".join(f"{e:+.0%}" for e in errs)
+                  + f"  | within 10 %: {within}/{len(errs)}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=Path, default=ROOT / "bench/acceptance-ranks.json")
+    args = ap.parse_args()
+    if not args.ranks.exists():
+        measure_ranks(args.ranks)
+    analyse(json.loads(args.ranks.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
