@@ -159,11 +159,13 @@ def plan_line(result, running: bool = False) -> str:
         parts.append("speedup: profile the device (Planner tab) to predict it")
     note = ""
     if result.acceptance is not None:
-        vec = result.acceptance
+        # the measured vector itself; what learning added is said once, on the "backed by" line
+        vec = getattr(result, "base_acceptance", None) or result.acceptance
         cls = "sq-warn" if not result.exact else "sq-note"
         # after "; ": which prompt domain's vector stands, and why (engine/domains.py)
-        why = result.acceptance_note.split("; ", 1)[1] if "; " in result.acceptance_note else ""
-        note = (f'<div class="{cls}">acceptance: {esc(result.acceptance_note if not result.exact else "")}'
+        said = [part for part in result.acceptance_note.split("; ") if not part.startswith("pooled with")]
+        why = "; ".join(said[1:])
+        note = (f'<div class="{cls}">acceptance: {esc("; ".join(said) if not result.exact else "")}'
                 f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}'
                 f'{f" · {esc(why)}" if why and result.exact else ""}</div>')
     elif result.acceptance_note:

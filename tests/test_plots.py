@@ -148,3 +148,20 @@ def test_a_bonus_after_a_node_with_children_sits_clear_of_the_tree():
         (cx, cy), (px, py) = pos[child], pos[1]
         edge_y = py + (cy - py) * (b[0] - px) / (cx - px)
         assert abs(edge_y - b[1]) >= 0.2, (child, edge_y, b)
+
+
+def test_the_plan_line_says_once_what_learning_added():
+    """The header names the measured vector, why it stands, and the learned evidence on one line
+    of its own (it used to repeat the learned positions three times)."""
+    from types import SimpleNamespace as NS
+    base = NS(temperature=0.0, top_p=1.0, positions=1531, source="/c/acceptance/c86.json")
+    pooled = NS(temperature=0.0, top_p=1.0, positions=2462,
+                source="/c/acceptance/c86.json + learned from 931 positions over 23 runs")
+    plan = NS(tree=Tree((-1, 0, 1, 2)), method=NS(label="Sequoia (hardware-aware)"), expected_tokens=3.23,
+              predicted_speedup=1.72, acceptance=pooled, base_acceptance=base, exact=True,
+              learned={"positions": 931, "runs": 23}, backing_positions=2462,
+              acceptance_note="measured; a code prompt: the code vector, code and prose differ here; "
+                              "pooled with 931 positions learned over 23 runs")
+    html = render.plan_line(plan)
+    assert html.count("931") == 1 and "plan backed by 2462 positions (931 learned over 23 runs)" in html
+    assert "over 1531 positions" in html and "a code prompt: the code vector" in html
