@@ -618,7 +618,8 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 entry["trees_by_prompt"] = trees
             if entry["predicted_tokens_per_step"]:
                 entry["observed_over_predicted"] = entry["tokens_per_step"] / entry["predicted_tokens_per_step"]
-            entry.update(s.extra)
+            # the per-prompt lane's choices are in trees_by_prompt, not the first plan's extra
+            entry.update({k: v for k, v in s.extra.items() if not (trees and k.startswith("chosen_"))})
             if temperature == 0:
                 entry["matches_ar"] = all(
                     r["token_ids"] == ar[(temperature, r["prompt"])]["token_ids"]

@@ -83,7 +83,7 @@ def test_bench_quick_structure(tmp_path):
         auto = next(r for r in results if r["method"] == "sequoia-auto" and r["temperature"] == t)
         ran = sorted(p for tree in auto["trees_by_prompt"] for p in tree["prompts"])
         assert ran == list(range(len(report["prompts"])))
-        assert auto["label"].startswith("sequoia-auto")
+        assert auto["label"].startswith("sequoia-auto") and "chosen_budget" not in auto
 
 
 def test_bench_rejects_bad_flags():
