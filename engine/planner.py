@@ -210,9 +210,12 @@ class PlanTable:
 
 # ---------- hardware-aware sizing (§4) ----------
 class CostCurve:
-    """Piecewise-linear seconds(width) through measured points. Below the first point it is
-    held flat (a forward never gets cheaper than the smallest one measured); beyond the last
-    it continues with the slope of the last two points, never decreasing (flat if only one
+    """Piecewise-linear seconds(width) through measured points, read as their running maximum:
+    a forward over more tokens does the work of one over fewer and more, so a point measured
+    below a narrower one is timing noise (a profile here had the draft at 6 rows 12 % under 5
+    rows), and taking it at face value would steer plans to that width. Below the first point
+    it is held flat (a forward never gets cheaper than the smallest one measured); beyond the
+    last it continues with the slope of the last two points, never decreasing (flat if only one
     point), because past the knee cost keeps growing."""
 
     def __init__(self, points: dict, name: str):
@@ -225,7 +228,7 @@ class CostCurve:
         if any(k < 1 or not math.isfinite(v) or v < 0 for k, v in pts):
             raise UserError(f"{name} needs widths >= 1 and finite, non-negative seconds")
         self.x = np.array([k for k, _ in pts], dtype=np.float64)
-        self.y = np.array([v for _, v in pts], dtype=np.float64)
+        self.y = np.maximum.accumulate(np.array([v for _, v in pts], dtype=np.float64))
         self.slope = max(0.0, (self.y[-1] - self.y[-2]) / (self.x[-1] - self.x[-2])) if len(pts) > 1 else 0.0
 
     def __call__(self, width) -> float:

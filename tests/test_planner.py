@@ -259,3 +259,12 @@ def test_cli_bad_input_subprocess():
     assert proc.returncode == 2 and proc.stdout == ""
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "budget" in err[0]
+
+
+def test_a_cost_measured_below_a_narrower_forward_is_read_as_noise():
+    """t(n) is read as its running maximum: a forward over more tokens never counts as cheaper
+    than one over fewer (a noisy point would otherwise pull the plan to its width)."""
+    from engine.planner import CostCurve
+    curve = CostCurve({1: 0.10, 4: 0.14, 5: 0.15, 6: 0.12, 8: 0.20}, "target_seconds")
+    assert [curve(n) for n in (1, 4, 5, 6)] == [0.10, 0.14, 0.15, 0.15]
+    assert curve(7) == pytest.approx(0.175) and curve(8) == 0.20 and curve(10) == pytest.approx(0.25)
