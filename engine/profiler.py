@@ -417,18 +417,18 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     jobs = [("target", n) for n in target_grid] + [("draft", w) for w in draft_grid]
     target_s, draft_s = {}, {}
     spreads = {"target": {}, "draft": {}}
-    caches = {}  # the prefix is run once per model, not once per n (it cost ~2 s per target point)
+    cache, cache_role = None, None  # the prefix runs once per model, not once per n (~2 s per target point)
     load_before = load_average()
     for i, (role, n) in enumerate(jobs):
         if progress:
             progress(i / (len(jobs) + 1), f"profiling {role} forward over {n} tokens")
         model = pair.target if role == "target" else pair.draft
         before = before_target_forward if role == "target" else None
-        if role not in caches:
-            caches.clear()  # one prefilled cache held at a time
-            caches[role] = prefilled_cache(model, prefix)
+        if role != cache_role:  # jobs come grouped by model: one prefilled cache held at a time
+            cache, cache_role = None, role  # the last model's cache is freed before the next is made
+            cache = prefilled_cache(model, prefix)
         (target_s if role == "target" else draft_s)[n] = _time_forward(model, prefix, n, repeats, clock, should_stop,
-                                                                       before, spreads[role], caches[role])
+                                                                       before, spreads[role], cache)
     if progress:
         progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead and sampling costs")
     overhead = _measure_overhead(pair, prefix, should_stop)
