@@ -1,5 +1,10 @@
 """Code and prose acceptance kept apart (engine/domains.py) and the planner's choice between them."""
 import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from engine import domains, planning, profiler
 from engine.prompts import MEASUREMENT_PROMPTS, asset_prompts, prompt_set
@@ -71,10 +76,6 @@ def test_the_pooled_vector_stands_where_code_and_prose_agree(tmp_path, monkeypat
 
 
 def test_the_plan_command_plans_for_a_prompt(tmp_path, monkeypatch):
-    import json
-    import os
-    import subprocess
-    import sys
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     pair = tiny_pair("llama")
     _store(pair, _vec(pair, [0.85, 0.08, 0.03], 2000, "code"), _vec(pair, [0.55, 0.15, 0.08], 2000, "prose"))
@@ -83,7 +84,7 @@ def test_the_plan_command_plans_for_a_prompt(tmp_path, monkeypatch):
                           "--temperature", "0", "--budget", "8", "--depth", "4", "--json", "--cpu-kernels", "default",
                           "--for-prompt", "Write a Python function `f(x)` that sorts x."],
                          capture_output=True, text=True, timeout=120, env={**os.environ, "SEQUOIA_CACHE": str(tmp_path)},
-                         cwd=__import__("pathlib").Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got["acceptance_domain"] == "code" and got["acceptance"][0] == 0.85
