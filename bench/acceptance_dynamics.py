@@ -16,7 +16,9 @@ Part 2 (instant): from those ranks,
   sequences (at T = 0 the walk follows the answer, so the ranks decide every step);
 - the learning check mimicked on these held-out prompts: rank-1 estimated from the first 64
   positions, pooled with the domain's mean with w pseudo-observations (engine/learning.py's rule),
-  predicts F(5-level chain) for the rest of the answer, against the simulated rest.
+  predicts F(5-level chain) for the rest of the answer, against the simulated rest. The domain
+  mean includes the prompt's own answer (one of 12), so w > 0 leans slightly towards it; at
+  w = 0 the prediction uses the first 64 positions alone.
 """
 from __future__ import annotations
 
