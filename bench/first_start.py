@@ -12,8 +12,12 @@ def main():
     from engine.worker import Worker
     w = Worker()
     job = w.load()
+    last = None
     for item in job.stream():
-        print(f"{time.perf_counter() - t0:7.1f} s  {getattr(item, 'message', item)}", flush=True)
+        message = getattr(item, "message", item)
+        if message != last:  # progress repeats a message while a fraction moves: one line per stage
+            print(f"{time.perf_counter() - t0:7.1f} s  {message}", flush=True)
+        last = message
     print(f"{time.perf_counter() - t0:7.1f} s  done: {job.result is not None} error={getattr(job, 'error', None)}",
           flush=True)
 

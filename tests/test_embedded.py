@@ -401,3 +401,40 @@ def test_real_default_pair_greedy_sequoia_equals_target(real_cache):
     out, events = generate_ids(pair, ids, methods.sequoia(tree), Settings(max_new_tokens=16))
     assert out == reference
     assert events[-1].total_steps < len(out)  # the draft's tokens were really accepted
+
+
+def _tiny_gguf(path: Path):
+    import gguf
+    import numpy as np
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_string("general.name", "tiny")
+    writer.add_token_list(["a", "b", "c"])
+    writer.add_tensor("blk.0.attn_q.weight", np.arange(32, dtype=np.float32).reshape(4, 8))
+    writer.add_tensor("token_embd.weight", np.linspace(-1, 1, 24, dtype=np.float16).reshape(3, 8))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_one_gguf_reader_parses_once_into_plain_arrays(tmp_path):
+    """The conversion's reader: one parse per file (transformers asks three times), fields and
+    tensors equal to gguf-py's own reader, held as plain arrays; gguf's reader is restored after."""
+    import gguf
+    import numpy as np
+    path = tmp_path / "tiny.gguf"
+    _tiny_gguf(path)
+    plain = gguf.GGUFReader(path)
+    original = gguf.GGUFReader
+    with embedded._one_gguf_reader():
+        first, again = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert first is again
+        assert type(first.data) is np.ndarray and type(plain.data) is np.memmap
+        assert list(first.fields) == list(plain.fields)
+        assert first.fields["general.name"].contents() == "tiny"
+        assert first.fields["tokenizer.ggml.tokens"].contents() == ["a", "b", "c"]
+        for mine, theirs in zip(first.tensors, plain.tensors, strict=True):
+            assert mine.name == theirs.name and type(mine.data) is np.ndarray
+            assert np.array_equal(gguf.dequantize(mine.data, mine.tensor_type),
+                                  gguf.dequantize(theirs.data, theirs.tensor_type))
+    assert gguf.GGUFReader is original
