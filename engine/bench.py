@@ -360,11 +360,13 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             acceptance_info[_tkey(temperature)].setdefault("per_prompt", {})[str(i)] = {
                 "domain": domain or "pooled", "note": why.lstrip("; ") or "pooled vector (no code/prose vectors)",
                 "positions": (own or vec).positions}
-            costs = observed.corrected(prof, costs_seen, temperature > 0) if prof is not None else None
-            behind = costs_seen.steps  # the steps `costs` learned from (earlier prompts' runs)
-            prompt_specs = [_auto_for_prompt(s, config, own or vec, costs, temperature) for s in specs]
             shift = i % len(specs)
-            for s in prompt_specs[shift:] + prompt_specs[:shift]:
+            for s in specs[shift:] + specs[:shift]:
+                # planned and predicted when its turn comes, from every earlier run's step costs (the
+                # machine's speed drifts over minutes), as the app plans a request when it arrives
+                costs = observed.corrected(prof, costs_seen, temperature > 0) if prof is not None else None
+                behind = costs_seen.steps
+                s = _auto_for_prompt(s, config, own or vec, costs, temperature)
                 load = load_average()
                 r = run_once(_runs_on(s, pair, baseline_pair), ids[i], s, settings, memory)
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
@@ -435,6 +437,19 @@ def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature
                                                                sampling).tokens_per_second,
                    cost_model_observed_steps=behind)
     return out
+
+
+def _speed_prediction_pooled(rs: list[dict]) -> dict:
+    """Each run's tokens/s against its own prediction, and the lane's tokens over its decode time
+    against the time its runs were predicted to take (the same runs on both sides: the median
+    over prompts of each side can come from different prompts)."""
+    preds = [r.get("predicted_tokens_per_second") for r in rs]
+    if not rs or not all(preds):
+        return {}
+    tokens, seconds = sum(r["tokens"] for r in rs), sum(r["seconds"] for r in rs)
+    return {"tokens_per_second_pooled": tokens / seconds if seconds else None,
+            "predicted_tokens_per_second_pooled": tokens / sum(r["tokens"] / p for r, p in zip(rs, preds)),
+            "predicted_tokens_per_second_error_runs": [r["tokens_per_second"] / p - 1 for r, p in zip(rs, preds)]}
 
 
 def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
@@ -509,8 +524,12 @@ DEFINITIONS = {
                                  "yields / predicted steps; *_pooled_vector: from the pooled vector alone",
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
                                    "device profile corrected by the step costs this bench's earlier runs observed "
-                                   "(engine/observed.py, as the app's planner corrects it; the first prompt's runs "
-                                   "use the profile alone); *_profile: from the profile alone",
+                                   "before the run (engine/observed.py, as the app's planner corrects it; the "
+                                   "first run uses the profile alone); *_profile: from the profile alone",
+    "tokens_per_second_pooled": "the lane's tokens over its decode seconds, all prompts together; "
+                                "predicted_*_pooled: the same tokens over the seconds each run's own prediction "
+                                "gives them (the hardware-aware prediction goal compares these two); "
+                                "predicted_tokens_per_second_error_runs: each run's measured over predicted, minus 1",
     "sequoia-auto": "the hardware-aware plan made per prompt as the app makes it: the prompt domain's vector (else "
                     "the pooled one) and the corrected profile above; trees_by_prompt lists the trees that ran",
     "peak_memory_bytes": "max over the method's runs; see machine.peak_memory_kind (on CPU it includes the weights)",
@@ -618,6 +637,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 entry["trees_by_prompt"] = trees
             if entry["predicted_tokens_per_step"]:
                 entry["observed_over_predicted"] = entry["tokens_per_step"] / entry["predicted_tokens_per_step"]
+            entry.update(_speed_prediction_pooled(rs))
             # the per-prompt lane's choices are in trees_by_prompt, not the first plan's extra
             entry.update({k: v for k, v in s.extra.items() if not (trees and k.startswith("chosen_"))})
             if temperature == 0:

@@ -64,20 +64,19 @@ def test_bench_quick_structure(tmp_path):
     # every counted run is in the JSON: methods x prompts x temperatures
     n_methods = len(results) // 2
     assert len(report["runs"]) == n_methods * len(report["prompts"]) * 2
-    # predicted tokens/s use only the step costs of earlier runs: none before the first prompt's
-    # runs (the profile alone), then a count that never falls and grows from prompt to prompt
+    # predicted tokens/s use only the step costs of earlier runs: none before the first run (the
+    # profile alone), then more after every run (each run's first step pays one-off costs and is
+    # not counted; the default-kernel lane runs on other kernels and is left out)
     runs = report["runs"]
-    seen = [(r["temperature"], r["prompt"], r["cost_model_observed_steps"])
-            for r in runs if "cost_model_observed_steps" in r]
-    first = [n for t, p, n in seen if (t, p) == (0.0, 0)]
-    assert first and set(first) == {0}
-    for t, p, n in seen:
-        if (t, p) == (0.0, 0):
-            assert next(r for r in runs if (r["temperature"], r["prompt"], r.get("cost_model_observed_steps"))
-                        == (t, p, n))["predicted_tokens_per_second_profile"] is not None
-    per_prompt = sorted({(t, p, n) for t, p, n in seen})
-    assert len({n for _, _, n in per_prompt}) == len(per_prompt) and [n for *_, n in per_prompt] == sorted(
-        n for *_, n in per_prompt)
+    before, counts = 0, []
+    for r in runs:
+        if "cost_model_observed_steps" in r:
+            n = r["cost_model_observed_steps"]
+            assert n <= before and r["predicted_tokens_per_second_profile"] is not None
+            counts.append(n)
+        if r["method"] != "ar-default-kernels":
+            before += r["steps"]
+    assert counts[0] == 0 and counts == sorted(counts) and len(set(counts)) > len(counts) // 2
     # the hardware-aware lane is planned per prompt: each run carries the tree it ran
     for t in (0.0, 0.7):
         auto = next(r for r in results if r["method"] == "sequoia-auto" and r["temperature"] == t)

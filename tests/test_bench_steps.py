@@ -49,3 +49,19 @@ def test_the_hardware_aware_lane_is_planned_per_prompt_from_its_vector_and_the_c
     assert bench._auto_for_prompt(spec, config, easy, slow, 0.0).tree.size < a.tree.size
     assert bench._auto_for_prompt(bench.MethodSpec("chain", M.chain(3), width=1), config, easy, slow, 0.0).key \
         == "chain d=3"  # other lanes are left as they are
+
+
+def test_speed_prediction_compares_the_same_runs_not_medians_of_different_prompts():
+    """Three prompts: two predicted within 13 %, one far off. The medians over prompts pair the
+    measured prose run with the predicted code run (-29 %); pooling the same runs' tokens over
+    their measured and predicted seconds does not."""
+    measured, predicted = [15.23, 8.51, 9.52], [13.49, 14.34, 9.68]
+    runs = [{"tokens": 32, "seconds": 32 / m, "tokens_per_second": m, "predicted_tokens_per_second": p}
+            for m, p in zip(measured, predicted)]
+    pooled = bench._speed_prediction_pooled(runs)
+    assert pooled["tokens_per_second_pooled"] == 96 / sum(32 / m for m in measured)
+    assert pooled["predicted_tokens_per_second_pooled"] == 96 / sum(32 / p for p in predicted)
+    assert [round(e, 3) for e in pooled["predicted_tokens_per_second_error_runs"]] == [0.129, -0.407, -0.017]
+    error = pooled["tokens_per_second_pooled"] / pooled["predicted_tokens_per_second_pooled"] - 1
+    assert -0.15 < error < -0.14  # the far-off prompt still weighs: its run took the longest
+    assert bench._speed_prediction_pooled([{**runs[0], "predicted_tokens_per_second": None}]) == {}
