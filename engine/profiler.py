@@ -321,6 +321,26 @@ def prefilled_cache(model, prefix_ids: list[int]) -> DynamicCache:
     return cache
 
 
+def _star_inputs(model, base: int, n: int) -> tuple[list[int], list[int], torch.Tensor]:
+    """Token ids, positions and visibility of n tree tokens as a star (all at one depth) after `base`."""
+    tree = Tree.star(n - 1) if n > 1 else Tree((-1,))
+    visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(n)), list(range(n)),
+                                        attention.input_device(model))
+    ids = [(7 * i + 3) % model.config.vocab_size for i in range(n)]
+    return ids, [base + d for d in tree.depth_of], visible
+
+
+def _one_forward(model, cache: DynamicCache, base: int, inputs, clock, before_each) -> float:
+    """Seconds of one forward of `inputs` on a cache holding `base` tokens, cut back after it."""
+    if before_each is not None:
+        before_each()
+    t0 = clock()
+    attention.forward(model, cache, *inputs)
+    elapsed = clock() - t0
+    attention.commit(cache, base, [])
+    return elapsed
+
+
 def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop,
                   before_each: Callable[[], None] | None = None, spreads: dict | None = None,
                   cache: DynamicCache | None = None) -> float:
@@ -329,30 +349,40 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
     after each try. At least `repeats` timed tries, more (up to MAX_REPEATS) while their spread
     is above NOISY_SPREAD; the spread reached goes to spreads[n]. `before_each` runs before
     every timed forward, outside the clock."""
+    return _time_interleaved(model, prefix_ids, [n], repeats, clock, should_stop, before_each, spreads, cache)[n]
+
+
+def _time_interleaved(model, prefix_ids: list[int], sizes: list[int], repeats: int, clock, should_stop,
+                      before_each: Callable[[], None] | None = None, spreads: dict | None = None,
+                      cache: DynamicCache | None = None,
+                      each_round: Callable[[int], None] | None = None) -> dict[int, float]:
+    """Median seconds of one forward over each n in `sizes` (as _time_forward), timed in rounds
+    that visit every n, up the list and then down it: a shared machine's speed drifts over seconds
+    to minutes (plain decoding took 86, 144 and 120 ms per token minutes apart here, and one
+    profile timed t(1) at 77 ms where the next load's took 110), and timing each n in its own
+    block bent the curve with it. A warm-up round, then at least `repeats` rounds, more (up to
+    MAX_REPEATS) while any n's spread is above NOISY_SPREAD. each_round(k) after round k."""
     cache = cache if cache is not None else prefilled_cache(model, prefix_ids)
     base = len(prefix_ids)
-    tree = Tree.star(n - 1) if n > 1 else Tree((-1,))
-    visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(n)), list(range(n)),
-                                          attention.input_device(model))
-    ids = [(7 * i + 3) % model.config.vocab_size for i in range(n)]
-    positions = [base + d for d in tree.depth_of]
-    times: list[float] = []
-    attempt = 0
-    while attempt <= repeats or (spread(times) > NOISY_SPREAD and len(times) < max(repeats, MAX_REPEATS)):
-        if should_stop():
-            raise Stopped("profiling stopped")
-        if before_each is not None:
-            before_each()
-        t0 = clock()
-        attention.forward(model, cache, ids, positions, visible)
-        elapsed = clock() - t0
-        attention.commit(cache, base, [])
-        if attempt:  # the first run is warm-up
-            times.append(elapsed)
-        attempt += 1
+    inputs = {n: _star_inputs(model, base, n) for n in sizes}
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    rounds = 0
+    while True:
+        for n in (sizes if rounds % 2 == 0 else sizes[::-1]):
+            if should_stop():
+                raise Stopped("profiling stopped")
+            elapsed = _one_forward(model, cache, base, inputs[n], clock, before_each)
+            if rounds:  # round 0 is the warm-up
+                times[n].append(elapsed)
+        if each_round is not None:
+            each_round(rounds)
+        timed, rounds = rounds, rounds + 1
+        worst = max(spread(t) for t in times.values())
+        if timed >= repeats and (worst <= NOISY_SPREAD or timed >= max(repeats, MAX_REPEATS)):
+            break
     if spreads is not None:
-        spreads[n] = spread(times)
-    return statistics.median(times)
+        spreads.update({n: spread(t) for n, t in times.items()})
+    return {n: statistics.median(t) for n, t in times.items()}
 
 
 def load_average() -> list[float] | None:
@@ -414,23 +444,26 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     vocab = pair.vocab_size
     prefix = [(31 * i + 11) % vocab for i in range(prefix_tokens)]
     target_grid, draft_grid = profile_grid(max_budget), profile_grid(max_width or max_budget)
-    jobs = [("target", n) for n in target_grid] + [("draft", w) for w in draft_grid]
-    target_s, draft_s = {}, {}
+    seconds = {"target": {}, "draft": {}}
     spreads = {"target": {}, "draft": {}}
-    cache, cache_role = None, None  # the prefix runs once per model, not once per n (~2 s per target point)
     load_before = load_average()
-    for i, (role, n) in enumerate(jobs):
-        if progress:
-            progress(i / (len(jobs) + 1), f"profiling {role} forward over {n} tokens")
+    for i, (role, grid) in enumerate((("target", target_grid), ("draft", draft_grid))):
         model = pair.target if role == "target" else pair.draft
-        before = before_target_forward if role == "target" else None
-        if role != cache_role:  # jobs come grouped by model: one prefilled cache held at a time
-            cache, cache_role = None, role  # the last model's cache is freed before the next is made
-            cache = prefilled_cache(model, prefix)
-        (target_s if role == "target" else draft_s)[n] = _time_forward(model, prefix, n, repeats, clock, should_stop,
-                                                                       before, spreads[role], cache)
+
+        def each_round(k, role=role, grid=grid, i=i):  # k: the round just finished (0: the warm-up)
+            if progress:
+                step = "warm-up" if k < 0 else f"round {k + 1} of at least {repeats}"
+                progress((i + min(k + 1, repeats + 1) / (repeats + 1)) / 3,
+                         f"profiling {role} forwards over {grid[0]}-{grid[-1]} tokens: {step}")
+
+        each_round(-1)
+        # one prefilled cache per model (the prefix runs once, not once per n), freed before the next
+        seconds[role] = _time_interleaved(model, prefix, grid, repeats, clock, should_stop,
+                                          before_target_forward if role == "target" else None, spreads[role],
+                                          prefilled_cache(model, prefix), each_round)
+    target_s, draft_s = seconds["target"], seconds["draft"]
     if progress:
-        progress(len(jobs) / (len(jobs) + 1), "measuring per-step overhead and sampling costs")
+        progress(2 / 3, "measuring per-step overhead and sampling costs")
     overhead = _measure_overhead(pair, prefix, should_stop)
     machine = machine_description(pair.device)
     machine.update({k: v for k, v in pair.describe().items() if k.endswith("device_map") and v})

@@ -232,3 +232,28 @@ def test_the_profile_grid_is_dense_where_cpu_trees_live():
     assert profiler.profile_grid(32) == [1, 2, 3, 4, 5, 6, 7, 8, 16, 32]
     assert profiler.profile_grid(5) == [1, 2, 3, 4, 5]
     assert profiler.profile_grid(12) == [1, 2, 3, 4, 5, 6, 7, 8, 12]
+
+
+def test_profile_sizes_are_timed_in_rounds_so_a_drifting_machine_keeps_their_ratios(monkeypatch):
+    """A machine that slows down while it is profiled (here 1 % per forward): timing each n in
+    its own block gives t(4)/t(1) 12 % above the true 1.6; rounds over every n keep it."""
+    pair = tiny_pair("llama")
+    now, forwards = [0.0], []
+
+    def fake_forward(model, cache, ids, positions, visible):
+        forwards.append(len(ids))
+        now[0] += (1 + len(ids) / 4) * (1 + 0.01 * len(forwards))  # at one speed t(4)/t(1) = 2 / 1.25
+
+    monkeypatch.setattr(profiler.attention, "forward", fake_forward)
+    monkeypatch.setattr(profiler.attention, "commit", lambda cache, base, rows: None)
+    spreads = {}
+    t = profiler._time_interleaved(pair.target, [1, 2, 3], [1, 2, 4], 5, lambda: now[0], lambda: False,
+                                   spreads=spreads, cache=object())
+    assert forwards[:6] == [1, 2, 4, 4, 2, 1]  # the warm-up round up the list, then down
+    assert len(forwards) == 3 * (5 + 1)
+    assert t[4] / t[1] == pytest.approx(1.6, rel=0.03)
+    assert set(spreads) == {1, 2, 4}
+    forwards.clear()
+    blocked = {n: profiler._time_forward(pair.target, [1, 2, 3], n, 5, lambda: now[0], lambda: False,
+                                         cache=object()) for n in (1, 2, 4)}
+    assert blocked[4] / blocked[1] > 1.75  # what timing n after n does under the same drift
