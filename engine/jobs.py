@@ -16,6 +16,8 @@ from engine.settings import Settings
 
 log = logging.getLogger(__name__)
 
+FIRST_LOAD_MAX_ROUNDS = 6  # timed rounds of the first load's device profile at most (3 at least)
+
 
 # ---------------------------------------------------------------- stream items
 @dataclass
@@ -65,8 +67,11 @@ def load_job(ctx, draft, target, device, dtype, **placement):
         # the first Generate (cached per pair, device, dtype, placement and CPU kernels)
         budget = profile_budget(pair, worker.profile_budget)
         ctx.progress(0.95, f"profiling this device once (t(n) up to n = {budget}; cached)")
+        # few rounds even on a noisy machine: real runs correct it (engine/observed.py), and on a
+        # machine whose speed drifts more rounds do not narrow the spread (up to 15 took 48 s here)
         prof = profiler.profile_device(pair, max_budget=budget, max_width=min(budget, 16), repeats=3,
-                                       progress=ctx.progress, should_stop=ctx.should_stop)
+                                       max_repeats=FIRST_LOAD_MAX_ROUNDS, progress=ctx.progress,
+                                       should_stop=ctx.should_stop)
         prof.source = str(profiler.save_profile(pair, prof))
     return pair.describe()
 

@@ -355,13 +355,14 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
 def _time_interleaved(model, prefix_ids: list[int], sizes: list[int], repeats: int, clock, should_stop,
                       before_each: Callable[[], None] | None = None, spreads: dict | None = None,
                       cache: DynamicCache | None = None,
-                      each_round: Callable[[int], None] | None = None) -> dict[int, float]:
+                      each_round: Callable[[int], None] | None = None,
+                      max_repeats: int = MAX_REPEATS) -> dict[int, float]:
     """Median seconds of one forward over each n in `sizes` (as _time_forward), timed in rounds
     that visit every n, up the list and then down it: a shared machine's speed drifts over seconds
     to minutes (plain decoding took 86, 144 and 120 ms per token minutes apart here, and one
     profile timed t(1) at 77 ms where the next load's took 110), and timing each n in its own
     block bent the curve with it. A warm-up round, then at least `repeats` rounds, more (up to
-    MAX_REPEATS) while any n's spread is above NOISY_SPREAD. each_round(k) after round k."""
+    max_repeats) while any n's spread is above NOISY_SPREAD. each_round(k) after round k."""
     cache = cache if cache is not None else prefilled_cache(model, prefix_ids)
     base = len(prefix_ids)
     inputs = {n: _star_inputs(model, base, n) for n in sizes}
@@ -378,7 +379,7 @@ def _time_interleaved(model, prefix_ids: list[int], sizes: list[int], repeats: i
             each_round(rounds)
         timed, rounds = rounds, rounds + 1
         worst = max(spread(t) for t in times.values())
-        if timed >= repeats and (worst <= NOISY_SPREAD or timed >= max(repeats, MAX_REPEATS)):
+        if timed >= repeats and (worst <= NOISY_SPREAD or timed >= max(repeats, max_repeats)):
             break
     if spreads is not None:
         spreads.update({n: spread(t) for n, t in times.items()})
@@ -429,9 +430,11 @@ def sampling_seconds(vocab_size: int, device: torch.device, repeats: int = 5) ->
 def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None = None, prefix_tokens: int = 128,
                    repeats: int = 5, progress: Progress | None = None,
                    should_stop: Callable[[], bool] = lambda: False,
-                   before_target_forward: Callable[[], None] | None = None) -> DeviceProfile:
+                   before_target_forward: Callable[[], None] | None = None,
+                   max_repeats: int = MAX_REPEATS) -> DeviceProfile:
     """t(n) of the target and the draft's cost per width. `before_target_forward` runs before each
-    timed target forward (the benchmark uses it to drop the page cache: see drop_page_cache)."""
+    timed target forward (the benchmark uses it to drop the page cache: see drop_page_cache).
+    Rounds beyond `repeats` are added while the timings disagree, up to `max_repeats`."""
     if not 1 <= max_budget <= 1024:
         raise UserError(f"max budget must be between 1 and 1024 (got {max_budget})")
     prefix_tokens = max(1, min(prefix_tokens, pair.context_limit - max_budget - 1))
@@ -452,7 +455,7 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
 
         def each_round(k, role=role, grid=grid, i=i):  # k: the round just finished (0: the warm-up)
             if progress:
-                step = "warm-up" if k < 0 else f"round {k + 1} of at least {repeats}"
+                step = "warm-up" if k < 0 else f"round {k + 1} ({repeats} to {max(repeats, max_repeats)})"
                 progress((i + min(k + 1, repeats + 1) / (repeats + 1)) / 3,
                          f"profiling {role} forwards over {grid[0]}-{grid[-1]} tokens: {step}")
 
@@ -460,7 +463,7 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
         # one prefilled cache per model (the prefix runs once, not once per n), freed before the next
         seconds[role] = _time_interleaved(model, prefix, grid, repeats, clock, should_stop,
                                           before_target_forward if role == "target" else None, spreads[role],
-                                          prefilled_cache(model, prefix), each_round)
+                                          prefilled_cache(model, prefix), each_round, max_repeats)
     target_s, draft_s = seconds["target"], seconds["draft"]
     if progress:
         progress(2 / 3, "measuring per-step overhead and sampling costs")

@@ -257,3 +257,10 @@ def test_profile_sizes_are_timed_in_rounds_so_a_drifting_machine_keeps_their_rat
     blocked = {n: profiler._time_forward(pair.target, [1, 2, 3], n, 5, lambda: now[0], lambda: False,
                                          cache=object()) for n in (1, 2, 4)}
     assert blocked[4] / blocked[1] > 1.75  # what timing n after n does under the same drift
+    # a machine drifting faster keeps the spread above NOISY_SPREAD: rounds stop at max_repeats
+    forwards.clear()
+    monkeypatch.setattr(profiler.attention, "forward", lambda model, cache, ids, positions, visible: (
+        forwards.append(len(ids)), now.__setitem__(0, now[0] + len(ids) * (1 + 0.2 * len(forwards)))))
+    profiler._time_interleaved(pair.target, [1, 2, 3], [1, 2, 4], 2, lambda: now[0], lambda: False,
+                               cache=object(), max_repeats=4)
+    assert len(forwards) == 3 * (1 + 4)

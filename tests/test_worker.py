@@ -215,3 +215,26 @@ def test_measure_and_cached_acceptance_keep_top_k_apart(worker):
     cut = worker.measure(0.9, 1.0, top_k=3).wait(300)
     assert cut.top_k == 3 and cut.source != plain.source
     assert worker.cached_acceptance(0.9, 1.0, top_k=3).probabilities == cut.probabilities
+
+
+def test_a_first_load_profiles_the_device_with_few_rounds(tmp_path, monkeypatch):
+    """The first load's profile is short even on a noisy machine: a few timed rounds at most
+    (real runs correct it), and it is cached so the next load does not profile again."""
+    from engine import jobs, profiler
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    calls, real = [], profiler.profile_device
+
+    def recording(pair, **kwargs):
+        calls.append(kwargs)
+        return real(pair, **kwargs)
+
+    monkeypatch.setattr(profiler, "profile_device", recording)
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(profile_budget=4)
+    try:
+        w.load(str(draft), str(target), "cpu", "float32").wait(120)
+        w.load(str(draft), str(target), "cpu", "float32").wait(120)
+    finally:
+        w.close()
+    assert len(calls) == 1
+    assert calls[0]["repeats"] <= calls[0]["max_repeats"] == jobs.FIRST_LOAD_MAX_ROUNDS < profiler.MAX_REPEATS
