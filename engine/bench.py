@@ -378,7 +378,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                 _learn(pair, config, settings, s, r, own or vec, acceptance_info[_tkey(temperature)], domain)
                 loads.append(load[0] if load else None)
                 runs.append(r)
-                name = f"{s.key} n={s.tree.size} d={s.tree.depth}" if s.family == "sequoia-auto" else s.key
+                name = _auto_label(s.tree.size, s.tree.depth) if s.family == "sequoia-auto" else s.key
                 say(f"T={temperature} prompt {i + 1}/{len(prompts)} {name:<24s} {r['tokens']:3d} tok "
                     f"{r['steps']:3d} steps {r['tokens_per_second']:6.2f} tok/s {r['tokens_per_step']:5.2f} tok/step "
                     f"(load {load[0] if load else '?'}; {time.perf_counter() - wall0:.0f} s elapsed)")
@@ -465,6 +465,11 @@ def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
     return per_step, (statistics.median(speeds) if all(speeds) else None)
 
 
+def _auto_label(nodes: int, depth: int) -> str:
+    """The hardware-aware lane named by the tree it ran."""
+    return f"sequoia-auto n={nodes} d={depth}"
+
+
 def _trees_label(spec: MethodSpec, rs: list[dict]) -> tuple[str, list[dict]]:
     """The label of a result row and, for the per-prompt hardware-aware lane, which trees ran."""
     if spec.family != "sequoia-auto":
@@ -476,7 +481,7 @@ def _trees_label(spec: MethodSpec, rs: list[dict]) -> tuple[str, list[dict]]:
         t["prompts"].append(r["prompt"])
     if len(trees) == 1:
         (t,) = trees.values()
-        return f"sequoia-auto n={t['nodes']} d={t['depth']}", list(trees.values())
+        return _auto_label(t["nodes"], t["depth"]), list(trees.values())
     return "sequoia-auto (per prompt)", list(trees.values())
 
 
