@@ -455,7 +455,8 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
 
         def each_round(k, role=role, grid=grid, i=i):  # k: the round just finished (0: the warm-up)
             if progress:
-                step = "warm-up" if k < 0 else f"round {k + 1} ({repeats} to {max(repeats, max_repeats)})"
+                step = ("warm-up" if k < 0 else "timing" if k == 0
+                        else f"{k} rounds timed ({repeats} to {max(repeats, max_repeats)})")
                 progress((i + min(k + 1, repeats + 1) / (repeats + 1)) / 3,
                          f"profiling {role} forwards over {grid[0]}-{grid[-1]} tokens: {step}")
 
