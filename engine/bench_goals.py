@@ -109,19 +109,30 @@ def learning_check_goals(check: dict | None) -> list[dict]:
 
 
 def loaded_pair_goals(pair: ModelPair, prof) -> list[dict]:
-    """Goals read off the loaded pair and its device profile (fast CPU path)."""
+    """Goals read off the loaded pair and its device profile (fast CPU path). The ratios are the
+    profile's round-by-round ones where it has them (drift between rounds cancels), else the
+    ratio of the medians."""
     goals = []
     if prof is not None and 1 in prof.target_seconds:
         t1 = prof.target_seconds[1]
+        rounds = prof.quality.get("round_ratios", {})
+
+        def ratio(seconds: dict, key: str, n: int) -> tuple[float, str]:
+            by_round = rounds.get(key, {}).get(str(n))
+            medians = seconds[n] / t1
+            if by_round is None:
+                return medians, ""
+            return by_round, f"; median over rounds of the per-round ratio (ratio of the medians {medians:.3f})"
+
         if 4 in prof.target_seconds:
-            ratio = prof.target_seconds[4] / t1
-            goals.append({"goal": "profile: t(4)/t(1) <= 1.15", "measured": ratio, "target": 1.15,
-                          "met": ratio <= 1.15, "detail": f"t(1) {t1 * 1e3:.1f} ms"})
+            value, how = ratio(prof.target_seconds, "target_over_t1", 4)
+            goals.append({"goal": "profile: t(4)/t(1) <= 1.15", "measured": value, "target": 1.15,
+                          "met": value <= 1.15, "detail": f"t(1) {t1 * 1e3:.1f} ms{how}"})
         if 1 in prof.draft_seconds:
-            ratio = prof.draft_seconds[1] / t1
+            value, how = ratio(prof.draft_seconds, "draft_over_t1", 1)
             goals.append({"goal": "profile: one-token draft forward <= 0.25 of a one-token target forward",
-                          "measured": ratio, "target": 0.25, "met": ratio <= 0.25,
-                          "detail": f"draft {prof.draft_seconds[1] * 1e3:.1f} ms"})
+                          "measured": value, "target": 0.25, "met": value <= 0.25,
+                          "detail": f"draft {prof.draft_seconds[1] * 1e3:.1f} ms{how}"})
     gib = pair.model_bytes() / 2**30
     goals.append({"goal": "loaded pair <= 6 GB (weights as held, packed included)", "measured": gib, "target": 6.0,
                   "met": gib <= 6.0})

@@ -330,15 +330,21 @@ def _star_inputs(model, base: int, n: int) -> tuple[list[int], list[int], torch.
     return ids, [base + d for d in tree.depth_of], visible
 
 
-def _one_forward(model, cache: DynamicCache, base: int, inputs, clock, before_each) -> float:
-    """Seconds of one forward of `inputs` on a cache holding `base` tokens, cut back after it."""
-    if before_each is not None:
-        before_each()
-    t0 = clock()
-    attention.forward(model, cache, *inputs)
-    elapsed = clock() - t0
-    attention.commit(cache, base, [])
-    return elapsed
+def _forward_timer(model, cache: DynamicCache, base: int, n: int, clock,
+                   before_each: Callable[[], None] | None = None) -> Callable[[], float]:
+    """A function timing one forward over n tree tokens (a star) on `cache`, which holds `base`
+    prefix tokens and is cut back after each try; `before_each` runs first, outside the clock."""
+    inputs = _star_inputs(model, base, n)
+
+    def once() -> float:
+        if before_each is not None:
+            before_each()
+        t0 = clock()
+        attention.forward(model, cache, *inputs)
+        elapsed = clock() - t0
+        attention.commit(cache, base, [])
+        return elapsed
+    return once
 
 
 def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop,
@@ -349,41 +355,45 @@ def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, sho
     after each try. At least `repeats` timed tries, more (up to MAX_REPEATS) while their spread
     is above NOISY_SPREAD; the spread reached goes to spreads[n]. `before_each` runs before
     every timed forward, outside the clock."""
-    return _time_interleaved(model, prefix_ids, [n], repeats, clock, should_stop, before_each, spreads, cache)[n]
-
-
-def _time_interleaved(model, prefix_ids: list[int], sizes: list[int], repeats: int, clock, should_stop,
-                      before_each: Callable[[], None] | None = None, spreads: dict | None = None,
-                      cache: DynamicCache | None = None,
-                      each_round: Callable[[int], None] | None = None,
-                      max_repeats: int = MAX_REPEATS) -> dict[int, float]:
-    """Median seconds of one forward over each n in `sizes` (as _time_forward), timed in rounds
-    that visit every n, up the list and then down it: a shared machine's speed drifts over seconds
-    to minutes (plain decoding took 86, 144 and 120 ms per token minutes apart here, and one
-    profile timed t(1) at 77 ms where the next load's took 110), and timing each n in its own
-    block bent the curve with it. A warm-up round, then at least `repeats` rounds, more (up to
-    max_repeats) while any n's spread is above NOISY_SPREAD. each_round(k) after round k."""
     cache = cache if cache is not None else prefilled_cache(model, prefix_ids)
-    base = len(prefix_ids)
-    inputs = {n: _star_inputs(model, base, n) for n in sizes}
-    times: dict[int, list[float]] = {n: [] for n in sizes}
+    timer = _forward_timer(model, cache, len(prefix_ids), n, clock, before_each)
+    times = _time_in_rounds({n: timer}, repeats, should_stop)[n]
+    if spreads is not None:
+        spreads[n] = spread(times)
+    return statistics.median(times)
+
+
+def _time_in_rounds(timers: dict, repeats: int, should_stop, each_round: Callable[[int], None] | None = None,
+                    max_repeats: int = MAX_REPEATS) -> dict:
+    """Seconds of every timer per round, in rounds that run each timer once, in order and then
+    in reverse: a shared machine's speed drifts over seconds to minutes (plain decoding took
+    83-137 ms per token within one benchmark here, and t(1) was profiled at 77, ~110 and 148 ms
+    within minutes), and timing one size after another carried that drift into t(n)/t(1) and the
+    draft/target ratio. Round r of every timer is taken close together, so ratios taken round by
+    round (round_ratios) cancel it. A warm-up round, then at least `repeats` rounds, more (up to
+    max_repeats) while any timer's spread is above NOISY_SPREAD. each_round(k) after round k
+    (0: the warm-up)."""
+    order = list(timers)
+    times: dict = {key: [] for key in order}
     rounds = 0
     while True:
-        for n in (sizes if rounds % 2 == 0 else sizes[::-1]):
+        for key in (order if rounds % 2 == 0 else order[::-1]):
             if should_stop():
                 raise Stopped("profiling stopped")
-            elapsed = _one_forward(model, cache, base, inputs[n], clock, before_each)
+            elapsed = timers[key]()
             if rounds:  # round 0 is the warm-up
-                times[n].append(elapsed)
+                times[key].append(elapsed)
         if each_round is not None:
             each_round(rounds)
         timed, rounds = rounds, rounds + 1
         worst = max(spread(t) for t in times.values())
         if timed >= repeats and (worst <= NOISY_SPREAD or timed >= max(repeats, max_repeats)):
-            break
-    if spreads is not None:
-        spreads.update({n: spread(t) for n, t in times.items()})
-    return {n: statistics.median(t) for n, t in times.items()}
+            return times
+
+
+def round_ratios(times: dict, over) -> dict:
+    """Median over rounds of each timer's seconds over the `over` timer's in the same round."""
+    return {key: statistics.median(a / b for a, b in zip(t, times[over])) for key, t in times.items()}
 
 
 def load_average() -> list[float] | None:
@@ -447,27 +457,31 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     vocab = pair.vocab_size
     prefix = [(31 * i + 11) % vocab for i in range(prefix_tokens)]
     target_grid, draft_grid = profile_grid(max_budget), profile_grid(max_width or max_budget)
-    seconds = {"target": {}, "draft": {}}
-    spreads = {"target": {}, "draft": {}}
     load_before = load_average()
-    for i, (role, grid) in enumerate((("target", target_grid), ("draft", draft_grid))):
-        model = pair.target if role == "target" else pair.draft
+    # both models' prefilled caches at once (a 128-token prefix: megabytes), so that every round
+    # times every size of both models within seconds of each other
+    caches = {role: prefilled_cache(model, prefix) for role, model in (("target", pair.target), ("draft", pair.draft))}
+    timers = {("target", n): _forward_timer(pair.target, caches["target"], len(prefix), n, clock, before_target_forward)
+              for n in target_grid}
+    timers.update({("draft", w): _forward_timer(pair.draft, caches["draft"], len(prefix), w, clock)
+                   for w in draft_grid})
+    sizes = f"target over {target_grid[0]}-{target_grid[-1]}, draft over {draft_grid[0]}-{draft_grid[-1]} tokens"
 
-        def each_round(k, role=role, grid=grid, i=i):  # k: the round just finished (0: the warm-up)
-            if progress:
-                step = ("warm-up" if k < 0 else "timing" if k == 0
-                        else f"{k} rounds timed ({repeats} to {max(repeats, max_repeats)})")
-                progress((i + min(k + 1, repeats + 1) / (repeats + 1)) / 3,
-                         f"profiling {role} forwards over {grid[0]}-{grid[-1]} tokens: {step}")
+    def each_round(k):  # k: the round just finished (0: the warm-up)
+        if progress:
+            step = ("warm-up" if k < 0 else "timing" if k == 0
+                    else f"{k} rounds timed ({repeats} to {max(repeats, max_repeats)})")
+            progress(min(k + 1, repeats + 1) / (repeats + 1) * 0.9, f"profiling forwards ({sizes}): {step}")
 
-        each_round(-1)
-        # one prefilled cache per model (the prefix runs once, not once per n), freed before the next
-        seconds[role] = _time_interleaved(model, prefix, grid, repeats, clock, should_stop,
-                                          before_target_forward if role == "target" else None, spreads[role],
-                                          prefilled_cache(model, prefix), each_round, max_repeats)
-    target_s, draft_s = seconds["target"], seconds["draft"]
+    each_round(-1)
+    times = _time_in_rounds(timers, repeats, should_stop, each_round, max_repeats)
+    del caches, timers
+    target_s = {n: statistics.median(times["target", n]) for n in target_grid}
+    draft_s = {w: statistics.median(times["draft", w]) for w in draft_grid}
+    spreads = {role: {n: spread(t) for (r, n), t in times.items() if r == role} for role in ("target", "draft")}
+    ratios = round_ratios(times, ("target", 1))
     if progress:
-        progress(2 / 3, "measuring per-step overhead and sampling costs")
+        progress(0.9, "measuring per-step overhead and sampling costs")
     overhead = _measure_overhead(pair, prefix, should_stop)
     machine = machine_description(pair.device)
     machine.update({k: v for k, v in pair.describe().items() if k.endswith("device_map") and v})
@@ -478,6 +492,9 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     quality = {"load_average_before": load_before, "load_average_after": load_average(),
                "spread": {role: {str(k): round(v, 4) for k, v in d.items()} for role, d in spreads.items()},
                "worst_spread": round(worst, 4), "noisy": worst > NOISY_SPREAD,
+               # per-round ratios: drift between rounds cancels (see _time_in_rounds)
+               "round_ratios": {"target_over_t1": {str(n): round(ratios["target", n], 4) for n in target_grid},
+                                "draft_over_t1": {str(w): round(ratios["draft", w], 4) for w in draft_grid}},
                "cpu_count": os.cpu_count()}
     return DeviceProfile(target_s, draft_s, overhead, prefix_tokens, repeats, pair.draft_name, pair.target_name,
                          str(pair.device), str(pair.dtype).replace("torch.", ""), machine,

@@ -65,3 +65,19 @@ def test_speed_prediction_compares_the_same_runs_not_medians_of_different_prompt
     error = pooled["tokens_per_second_pooled"] / pooled["predicted_tokens_per_second_pooled"] - 1
     assert -0.15 < error < -0.14  # the far-off prompt still weighs: its run took the longest
     assert bench._speed_prediction_pooled([{**runs[0], "predicted_tokens_per_second": None}]) == {}
+
+
+def test_profile_goals_use_the_round_by_round_ratios_when_the_profile_has_them():
+    from types import SimpleNamespace
+
+    from engine import bench_goals
+    pair = SimpleNamespace(model_bytes=lambda: 4 * 2**30)
+    prof = SimpleNamespace(target_seconds={1: 0.100, 4: 0.130}, draft_seconds={1: 0.030}, quality={})
+    old = {g["goal"]: g for g in bench_goals.loaded_pair_goals(pair, prof)}
+    assert old["profile: t(4)/t(1) <= 1.15"]["measured"] == 0.130 / 0.100
+    prof.quality = {"round_ratios": {"target_over_t1": {"1": 1.0, "4": 1.12}, "draft_over_t1": {"1": 0.24}}}
+    goals = {g["goal"]: g for g in bench_goals.loaded_pair_goals(pair, prof)}
+    t4 = goals["profile: t(4)/t(1) <= 1.15"]
+    assert t4["measured"] == 1.12 and t4["met"] and "ratio of the medians 1.300" in t4["detail"]
+    draft = goals["profile: one-token draft forward <= 0.25 of a one-token target forward"]
+    assert draft["measured"] == 0.24 and draft["met"] and "0.300" in draft["detail"]

@@ -1,5 +1,6 @@
 """Acceptance vectors and device profiles measured on a live (tiny) pair, and their caches."""
 import json
+import statistics
 
 import pytest
 
@@ -68,6 +69,9 @@ def test_the_hook_before_each_target_forward_runs_outside_the_clock(monkeypatch)
     prof = profiler.profile_device(pair, max_budget=4, repeats=2, prefix_tokens=8, before_target_forward=hook)
     assert len(calls) == 4 * (2 + 1)  # n = 1, 2, 3, 4; two timed tries and a warm-up each
     assert set(prof.target_seconds.values()) == {1.0}  # each try: exactly one tick between its two clock reads
+    ratios = prof.quality["round_ratios"]
+    assert set(ratios["target_over_t1"]) == {"1", "2", "3", "4"} and set(ratios["target_over_t1"].values()) == {1.0}
+    assert set(ratios["draft_over_t1"].values()) == {1.0}
     assert "page_cache" not in prof.machine
 
 
@@ -234,33 +238,28 @@ def test_the_profile_grid_is_dense_where_cpu_trees_live():
     assert profiler.profile_grid(12) == [1, 2, 3, 4, 5, 6, 7, 8, 12]
 
 
-def test_profile_sizes_are_timed_in_rounds_so_a_drifting_machine_keeps_their_ratios(monkeypatch):
+def test_profile_sizes_are_timed_in_rounds_so_a_drifting_machine_keeps_their_ratios():
     """A machine that slows down while it is profiled (here 1 % per forward): timing each n in
-    its own block gives t(4)/t(1) 12 % above the true 1.6; rounds over every n keep it."""
-    pair = tiny_pair("llama")
-    now, forwards = [0.0], []
+    its own block gives t(4)/t(1) 12 % above the true 1.6; rounds over every n keep it, and
+    ratios taken round by round keep it closer still."""
+    forwards = []
 
-    def fake_forward(model, cache, ids, positions, visible):
-        forwards.append(len(ids))
-        now[0] += (1 + len(ids) / 4) * (1 + 0.01 * len(forwards))  # at one speed t(4)/t(1) = 2 / 1.25
+    def timer(n, drift=0.01):
+        def once():
+            forwards.append(n)
+            return (1 + n / 4) * (1 + drift * len(forwards))  # at one speed t(4)/t(1) = 2 / 1.25
+        return once
 
-    monkeypatch.setattr(profiler.attention, "forward", fake_forward)
-    monkeypatch.setattr(profiler.attention, "commit", lambda cache, base, rows: None)
-    spreads = {}
-    t = profiler._time_interleaved(pair.target, [1, 2, 3], [1, 2, 4], 5, lambda: now[0], lambda: False,
-                                   spreads=spreads, cache=object())
+    times = profiler._time_in_rounds({n: timer(n) for n in (1, 2, 4)}, 5, lambda: False)
     assert forwards[:6] == [1, 2, 4, 4, 2, 1]  # the warm-up round up the list, then down
-    assert len(forwards) == 3 * (5 + 1)
-    assert t[4] / t[1] == pytest.approx(1.6, rel=0.03)
-    assert set(spreads) == {1, 2, 4}
+    assert len(forwards) == 3 * (5 + 1) and all(len(t) == 5 for t in times.values())
+    medians = {n: statistics.median(t) for n, t in times.items()}
+    assert medians[4] / medians[1] == pytest.approx(1.6, rel=0.03)
+    assert profiler.round_ratios(times, 1)[4] == pytest.approx(1.6, rel=0.02)
     forwards.clear()
-    blocked = {n: profiler._time_forward(pair.target, [1, 2, 3], n, 5, lambda: now[0], lambda: False,
-                                         cache=object()) for n in (1, 2, 4)}
+    blocked = {n: statistics.median(profiler._time_in_rounds({n: timer(n)}, 5, lambda: False)[n]) for n in (1, 2, 4)}
     assert blocked[4] / blocked[1] > 1.75  # what timing n after n does under the same drift
     # a machine drifting faster keeps the spread above NOISY_SPREAD: rounds stop at max_repeats
     forwards.clear()
-    monkeypatch.setattr(profiler.attention, "forward", lambda model, cache, ids, positions, visible: (
-        forwards.append(len(ids)), now.__setitem__(0, now[0] + len(ids) * (1 + 0.2 * len(forwards)))))
-    profiler._time_interleaved(pair.target, [1, 2, 3], [1, 2, 4], 2, lambda: now[0], lambda: False,
-                               cache=object(), max_repeats=4)
+    profiler._time_in_rounds({n: timer(n, drift=0.2) for n in (1, 2, 4)}, 2, lambda: False, max_repeats=4)
     assert len(forwards) == 3 * (1 + 4)
