@@ -5,7 +5,7 @@ First start, per model (20-40 s each when run alone): find the chunk files of it
 concatenate them into one .gguf in the cache while hashing it (size and sha256 are pinned below),
 de-quantise it with transformers and save a plain float16 Hugging Face folder. When both models are
 missing, the two are prepared at the same time, each in its own child process, so that the wall
-time comes close to the slower one's rather than the sum (side by side: 33-55 s for both in
+time comes close to the slower one's rather than the sum (side by side: 33-68 s for both in
 today's runs, from a dropped page cache). Later starts only read a marker.
 
 Layout under cache_dir()/default/:
