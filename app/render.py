@@ -160,7 +160,7 @@ def plan_line(result, running: bool = False) -> str:
     note = ""
     if result.acceptance is not None:
         # the measured vector itself; what learning added is said once, on the "backed by" line
-        vec = getattr(result, "base_acceptance", None) or result.acceptance
+        vec = result.measured_acceptance
         cls = "sq-warn" if not result.exact else "sq-note"
         # after "; ": which prompt domain's vector stands, and why (engine/domains.py)
         said = [part for part in result.acceptance_note.split("; ") if not part.startswith("pooled with")]

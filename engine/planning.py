@@ -174,9 +174,14 @@ class PlanResult:
         return self.method.tree
 
     @property
+    def measured_acceptance(self):
+        """The vector as measured (or interpolated), before any pooling with learned evidence."""
+        return self.base_acceptance if self.base_acceptance is not None else self.acceptance
+
+    @property
     def backing_positions(self) -> int:
         """Positions behind the plan's vector: measured (or interpolated) plus learned ones."""
-        base = self.base_acceptance if self.base_acceptance is not None else self.acceptance
+        base = self.measured_acceptance
         measured = int(base.positions) if base is not None else 0
         return measured + int((self.learned or {}).get("positions", 0))
 
@@ -190,8 +195,7 @@ class PlanResult:
             out.update(acceptance=list(self.acceptance.probabilities), acceptance_source=self.acceptance.source,
                        acceptance_positions=self.acceptance.positions,
                        acceptance_temperature=self.acceptance.temperature,
-                       acceptance_interpolated=interpolation.is_interpolated(self.base_acceptance
-                                                                             or self.acceptance),
+                       acceptance_interpolated=interpolation.is_interpolated(self.measured_acceptance),
                        backing_positions=self.backing_positions, acceptance_domain=self.domain or "pooled")
         if self.learned is not None:
             out["learned"] = dict(self.learned)

@@ -314,7 +314,7 @@ def spread(times: list[float]) -> float:
 
 
 def prefilled_cache(model, prefix_ids: list[int]) -> DynamicCache:
-    """A KV cache holding the prefix, for _time_forward (one per model serves every n: each try
+    """A KV cache holding the prefix, for forward timers (one per model serves every n: each try
     is cut back off it)."""
     cache = DynamicCache(config=model.config)
     attention.forward_causal(model, cache, prefix_ids)
@@ -348,15 +348,12 @@ def _forward_timer(model, cache: DynamicCache, base: int, n: int, clock,
 
 
 def _time_forward(model, prefix_ids: list[int], n: int, repeats: int, clock, should_stop,
-                  before_each: Callable[[], None] | None = None, spreads: dict | None = None,
-                  cache: DynamicCache | None = None) -> float:
-    """Median seconds of one forward over n tree tokens (a star: all at one depth) on a
-    cache that already holds the prefix (`cache`, else one made here); the cache is cut back
-    after each try. At least `repeats` timed tries, more (up to MAX_REPEATS) while their spread
-    is above NOISY_SPREAD; the spread reached goes to spreads[n]. `before_each` runs before
-    every timed forward, outside the clock."""
-    cache = cache if cache is not None else prefilled_cache(model, prefix_ids)
-    timer = _forward_timer(model, cache, len(prefix_ids), n, clock, before_each)
+                  before_each: Callable[[], None] | None = None, spreads: dict | None = None) -> float:
+    """Median seconds of one forward over n tree tokens (a star: all at one depth) on a KV cache
+    prefilled with the prefix and cut back after each try. At least `repeats` timed tries, more
+    (up to MAX_REPEATS) while their spread is above NOISY_SPREAD; the spread reached goes to
+    spreads[n]. `before_each` runs before every timed forward, outside the clock."""
+    timer = _forward_timer(model, prefilled_cache(model, prefix_ids), len(prefix_ids), n, clock, before_each)
     times = _time_in_rounds({n: timer}, repeats, should_stop)[n]
     if spreads is not None:
         spreads[n] = spread(times)

@@ -158,7 +158,7 @@ def test_the_plan_line_says_once_what_learning_added():
     pooled = NS(temperature=0.0, top_p=1.0, positions=2462,
                 source="/c/acceptance/c86.json + learned from 931 positions over 23 runs")
     plan = NS(tree=Tree((-1, 0, 1, 2)), method=NS(label="Sequoia (hardware-aware)"), expected_tokens=3.23,
-              predicted_speedup=1.72, acceptance=pooled, base_acceptance=base, exact=True,
+              predicted_speedup=1.72, acceptance=pooled, base_acceptance=base, measured_acceptance=base, exact=True,
               learned={"positions": 931, "runs": 23}, backing_positions=2462,
               acceptance_note="measured; a code prompt: the code vector, code and prose differ here; "
                               "pooled with 931 positions learned over 23 runs")
