@@ -334,18 +334,28 @@ def _prepare(spec: ModelSpec, root: Path, progress: Progress) -> Path:
     return out
 
 
-def ensure_default_pair(progress: Progress | None = None) -> tuple[Path, Path]:
+def ensure_default_pair(progress: Progress | None = None,
+                        while_preparing: Callable[[str, Path], None] | None = None) -> tuple[Path, Path]:
     """(draft_dir, target_dir), ready for AutoModelForCausalLM.from_pretrained(dir, dtype=torch.float32).
-    When both are missing, they are prepared side by side in two processes (see the module docstring)."""
+    When both are missing, they are prepared side by side in two processes (see the module docstring).
+    while_preparing(role, folder) is called when one model is ready while the other is still being
+    prepared, so that the caller can load it meanwhile (the draft converts in about half the target's time)."""
     progress = progress or ConsoleProgress()
     root = cache_dir() / DEFAULT_NAME
     missing = [spec for spec in DEFAULT_PAIR if not is_ready(root / spec.folder_name, spec)]
     for spec in missing:  # fail on a missing package before spending minutes on the other model
         locate_chunks(spec)
     if len(missing) > 1 and _side_by_side_allowed():
-        _prepare_side_by_side(missing, progress)  # may leave the work to the sequential path below
-    draft, target = (ensure_model(spec, progress) for spec in DEFAULT_PAIR)  # only markers, if done above
+        # may leave the work to the sequential path below
+        _prepare_side_by_side(missing, progress, while_preparing)
+    folders = []
+    for i, spec in enumerate(DEFAULT_PAIR):  # only markers, if done above
+        folders.append(ensure_model(spec, progress))
+        still = [s for s in DEFAULT_PAIR[i + 1:] if not is_ready(root / s.folder_name, s)]
+        if while_preparing and still and spec in missing:
+            while_preparing(spec.role, folders[-1])
     progress("ready", 1.0, f"default pair ready in {root}")
+    draft, target = folders
     return draft, target
 
 
@@ -375,7 +385,8 @@ class _NotStarted(Exception):
     """A preparation process could not be started, or died before it began: go sequential."""
 
 
-def _prepare_side_by_side(specs: list[ModelSpec], progress: Progress) -> bool:
+def _prepare_side_by_side(specs: list[ModelSpec], progress: Progress,
+                          while_preparing: Callable[[str, Path], None] | None = None) -> bool:
     """Prepare `specs` at the same time, one child process each, while this process holds the lock.
 
     True when it did the work; False when it left it to ensure_model one model after the other
@@ -414,7 +425,7 @@ def _prepare_side_by_side(specs: list[ModelSpec], progress: Progress) -> bool:
             log.info("preparing the default %s models side by side (%d processes)",
                      " and ".join(spec.role for spec in specs), len(children))
             try:
-                _follow(children, assembling, messages, progress)
+                _follow(children, assembling, messages, progress, while_preparing)
             except _NotStarted as exc:
                 log.warning("could not prepare the default models side by side (%s); one after the other", exc)
                 return False
@@ -450,7 +461,8 @@ def _prepare_worker(spec: ModelSpec, root: str, export: Callable, threads: int, 
         messages.put(("done", role, str(out)))
 
 
-def _follow(children: dict, assembling: list[ModelSpec], messages, progress: Progress) -> None:
+def _follow(children: dict, assembling: list[ModelSpec], messages, progress: Progress,
+            while_preparing: Callable[[str, Path], None] | None = None) -> None:
     """Relay the children's progress until all are done; raise the first failure.
 
     The assembly of several files shows as one step (a weighted fraction), so that a console
@@ -489,6 +501,8 @@ def _follow(children: dict, assembling: list[ModelSpec], messages, progress: Pro
         elif kind == "done":
             pending.discard(role)
             children[role].join(timeout=30)
+            if pending and while_preparing:
+                while_preparing(role, Path(item[2]))
         elif kind == "failed":
             pickled, summary, child_traceback = item[2:]
             log.debug("the %s preparation process failed:\n%s", role, child_traceback)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -166,13 +167,15 @@ def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement
     kernels 'fast' on a CPU packs the linears (engine/cpu_kernels.py). Returns (model, what was done)."""
     if not placement:
         if cpu_kernels_mod.applies(kernels, device, dtype):
-            # a float16 checkpoint is read as stored and packed from there: no float32 copy in between;
-            # the mask probe runs first, on the model as stored (packing may couple the draft's rows)
+            # a float16 checkpoint is read as stored and packed from there: no float32 copy in between.
+            # The draft's mask probe runs on the model as stored (packing couples its rows); the
+            # target's after packing (rows stay independent), where it is seconds faster than the
+            # stored float16's CPU matmuls
             stored = cpu_kernels_mod.stored_dtype(source)
             model = _from_pretrained(AutoModelForCausalLM, source, dtype=stored or dtype).eval()
-            probe = probe_tree_mask(model, name)
+            probe = probe_tree_mask(model, name) if cpu_kernels_mod.couples_rows_when_packed(role) else None
             report = cpu_kernels_mod.pack(model, role, head_ids).to_dict()
-            return model, {**report, "probe": probe}
+            return model, {**report, "probe": probe or probe_tree_mask(model, name)}
         model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype).to(device).eval()
         return model, {"role": role, "mode": "default"}
     try:
@@ -375,23 +378,40 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     draft_place = (placement(draft_device_map, max_memory, offload_folder and str(Path(offload_folder) / "draft"))
                    if draft_device_map else None)
     draft_src, target_src = draft, target
-    if DEFAULT in (draft, target):
-        from engine.embedded import ensure_default_pair
-        default_draft, default_target = ensure_default_pair(progress=progress)
-        draft_src = str(default_draft) if draft == DEFAULT else draft
-        target_src = str(default_target) if target == DEFAULT else target
-    report("tokenizers", 0.05, "loading tokenizers")
-    draft_tok, target_tok = _load_tokenizer(draft_src), _load_tokenizer(target_src)
-    check_same_tokenizer(draft_tok, target_tok, draft, target)
     on = f"{dev} as {dt}" + (" (fast CPU kernels)" if cpu_kernels_mod.applies(kernels, dev, dt) else "")
-    report("target", 0.1, f"loading target {target} on {on}")
-    target_model, target_kernels = _load_model(target_src, dev, dt, target_place, "target", kernels, target)
-    report("draft", 0.6, f"loading draft {draft} on {on}")
     head_tokens = cpu_kernels_mod.DRAFT_HEAD_TOKENS if draft_head_tokens is None else int(draft_head_tokens)
     if head_tokens < 0:
         raise UserError(f"draft head tokens must be 0 (full head) or positive (got {head_tokens})")
-    head_ids = cpu_kernels_mod.frequent_ids(draft_tok, head_tokens) if head_tokens else None
-    draft_model, draft_kernels = _load_model(draft_src, dev, dt, draft_place, "draft", kernels, draft, head_ids)
+
+    def load_draft(source: str, tokenizer=None, meanwhile: str = ""):
+        report("draft", 0.6, f"loading draft {draft} on {on}{meanwhile}")
+        if head_tokens and tokenizer is None:
+            tokenizer = _load_tokenizer(source)
+        head_ids = cpu_kernels_mod.frequent_ids(tokenizer, head_tokens) if head_tokens else None
+        return _load_model(source, dev, dt, draft_place, "draft", kernels, draft, head_ids)
+
+    # the embedded draft converts in about half the target's time: it loads on a second thread
+    # while the target is still being converted (a first start's cores are otherwise half idle then)
+    with ThreadPoolExecutor(1, thread_name_prefix="sequoia-load-draft") as early:
+        draft_loading = None
+        if DEFAULT in (draft, target):
+            from engine.embedded import ensure_default_pair
+
+            def while_preparing(role: str, folder: Path) -> None:
+                nonlocal draft_loading
+                if role == "draft" and draft == DEFAULT:
+                    draft_loading = early.submit(load_draft, str(folder), None, " (while the target converts)")
+
+            default_draft, default_target = ensure_default_pair(progress=progress, while_preparing=while_preparing)
+            draft_src = str(default_draft) if draft == DEFAULT else draft
+            target_src = str(default_target) if target == DEFAULT else target
+        report("tokenizers", 0.05, "loading tokenizers")
+        draft_tok, target_tok = _load_tokenizer(draft_src), _load_tokenizer(target_src)
+        check_same_tokenizer(draft_tok, target_tok, draft, target)
+        report("target", 0.1, f"loading target {target} on {on}")
+        target_model, target_kernels = _load_model(target_src, dev, dt, target_place, "target", kernels, target)
+        draft_model, draft_kernels = (draft_loading.result() if draft_loading is not None
+                                      else load_draft(draft_src, draft_tok))
     cpu_kernels_mod.release_freed_memory()
     report("probe", 0.9, "checking that both models honour tree attention masks")
     probe = {role: kernels_done.pop("probe", None) or probe_tree_mask(model, name)

@@ -60,3 +60,18 @@ def target_dies(gguf: Path, out: Path, progress) -> None:
 def worker_dies(*args) -> None:
     """In place of engine.embedded._prepare_worker: a child that ends before it begins any work."""
     os._exit(3)
+
+
+LOADED = "SEQUOIA_TEST_LOADED"  # a file the parent writes when it was told the draft is ready
+
+
+def target_waits_for_the_parent(gguf: Path, out: Path, progress) -> None:
+    """The target's export ends only after the parent heard that the draft was ready (it writes
+    $SEQUOIA_TEST_LOADED then), which shows that it heard it while the target was still converting."""
+    if _role(out) == "target":
+        deadline = time.monotonic() + WAIT_S
+        while not Path(os.environ[LOADED]).exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the parent was never told that the draft was ready")
+            time.sleep(0.05)
+    export(gguf, out, progress)

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine import embedded
 from engine.embedded import DRAFT, SOURCE_FILE, TARGET, ModelSpec, UserError
@@ -260,6 +261,36 @@ def test_default_pair_prepared_side_by_side(pair, tmp_path, monkeypatch):
     assert embedded.ensure_default_pair(lambda *a: None) == (draft_dir, target_dir)
 
 
+def test_draft_ready_while_the_target_converts_is_announced(pair, tmp_path, monkeypatch):
+    """while_preparing lets the caller load the draft while the target still converts (side by side)."""
+    draft, target = pair
+    flag = tmp_path / "loaded"
+    monkeypatch.setenv(embedded_fakes.LOADED, str(flag))
+    monkeypatch.setattr(embedded, "_export_hf", embedded_fakes.target_waits_for_the_parent)
+    heard = []
+
+    def while_preparing(role, folder):
+        heard.append((role, folder, embedded.is_ready(folder, draft)))
+        flag.write_text(role)  # lets the target's export finish
+
+    draft_dir, target_dir = embedded.ensure_default_pair(lambda *a: None, while_preparing)
+    assert heard == [("draft", draft_dir, True)]  # once, for the draft, with its folder complete
+    assert embedded.is_ready(target_dir, target)
+
+
+def test_draft_ready_first_is_announced_when_prepared_one_after_the_other(pair, monkeypatch):
+    draft, target = pair
+    monkeypatch.setenv(embedded.SERIAL_ENV, "1")
+    root = embedded.cache_dir() / embedded.DEFAULT_NAME
+    heard = []
+    embedded.ensure_default_pair(lambda *a: None, lambda role, folder: heard.append(
+        (role, embedded.is_ready(folder, draft), embedded.is_ready(root / target.folder_name, target))))
+    assert heard == [("draft", True, False)]  # the target not prepared yet
+    heard.clear()
+    embedded.ensure_default_pair(lambda *a: None, lambda *a: heard.append(a))
+    assert heard == []  # both ready: nothing is prepared, nothing announced
+
+
 def test_child_user_error_surfaces_and_nothing_is_left(pair, tmp_path, monkeypatch):
     draft, target = pair
     (tmp_path / "meet").mkdir()
@@ -438,3 +469,42 @@ def test_one_gguf_reader_parses_once_into_plain_arrays(tmp_path):
             assert np.array_equal(gguf.dequantize(mine.data, mine.tensor_type),
                                   gguf.dequantize(theirs.data, theirs.tensor_type))
     assert gguf.GGUFReader is original
+
+
+def test_load_pair_loads_the_draft_while_the_target_is_prepared(monkeypatch):
+    """The default pair's draft loads on a second thread as soon as it is ready; the pair that
+    comes out is the same as when both load after preparation."""
+    import threading
+
+    from engine import models
+    from tests.tiny import tiny_pair_dirs
+    draft_dir, target_dir = tiny_pair_dirs("qwen2", stored="float16")
+    seen, threads = [], {}
+    real_load = models._load_model
+
+    def load_model(source, *args, **kwargs):
+        threads[Path(source)] = threading.current_thread().name
+        return real_load(source, *args, **kwargs)
+
+    def fake_default_pair(progress, while_preparing):
+        while_preparing("draft", draft_dir)
+        deadline = time.monotonic() + 30
+        while draft_dir not in threads and time.monotonic() < deadline:  # the "target" still converts
+            time.sleep(0.01)
+        progress("convert", 1.0, "target converted")
+        return draft_dir, target_dir
+
+    monkeypatch.setattr(models, "_load_model", load_model)
+    monkeypatch.setattr(embedded, "ensure_default_pair", fake_default_pair)
+    pair = models.load_pair(device="cpu", dtype="float32", cpu_kernels="fast",
+                            progress=lambda stage, fraction, message: seen.append(message))
+    assert threads[draft_dir].startswith("sequoia-load-draft") and threads[target_dir] == threading.current_thread().name
+    early = [m for m in seen if m.startswith("loading draft")]
+    assert len(early) == 1 and "while the target converts" in early[0]
+    assert seen.index(early[0]) < seen.index("target converted")  # announced before the target was ready
+    assert pair.cpu_kernels["draft"]["linears"] == {"int8": pair.cpu_kernels["draft"]["linears"]["int8"]}
+    assert pair.probe["draft"]["passed"] and pair.probe["target"]["passed"]
+    reference = models.load_pair(str(draft_dir), str(target_dir), device="cpu", dtype="float32", cpu_kernels="fast")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    for role in ("draft", "target"):
+        assert torch.equal(getattr(pair, role)(ids).logits, getattr(reference, role)(ids).logits), role
