@@ -6,13 +6,19 @@ report is engine/bench_report.py, the optional oneDNN linear path is engine/cpu_
 How a run is made (so that the numbers can be trusted and compared):
 - One `Settings` per (temperature, prompt): every method decodes the same prompt with the same
   seed. At T=0 every method must reproduce the autoregressive tokens (checked, `matches_ar`).
-- Methods alternate prompt by prompt: for prompt i all methods run back to back, starting at a
-  rotating offset, so slow drift of the machine (other processes, heat) hits all methods alike.
-- A warm-up generation per method (a few tokens) runs first and is not counted.
-- Times are wall-clock around the step loop (prefill excluded): `draft_seconds` and
-  `verify_seconds` are the engine's per-step timers, `other_seconds` is everything else of the
-  decode wall time (walk, KV commit, bookkeeping, text decoding, event building). So
-  draft + verify + other = the decode wall time that tokens/s is computed from.
+- Methods run interleaved, step by step: for prompt i every method's generation is a Lane, and
+  run_together always advances the lane furthest behind (share of its max-new-tokens), so all
+  lanes of a prompt spread their steps over the same minutes and the machine's drifting speed
+  (other tenants, memory management; plain decoding took 83-137 ms per token within one run
+  here when methods ran one after another) reaches them alike. Ties go in an order that
+  rotates with the prompt.
+- A warm-up generation per method (a few tokens) runs first and is not counted, except for peak
+  memory, which is measured there: interleaved runs share one process-wide peak.
+- Times are wall-clock around the lane's own steps (prefill excluded; a lane's clock stops while
+  other lanes step): `draft_seconds` and `verify_seconds` are the engine's per-step timers,
+  `other_seconds` is everything else of the decode wall time (walk, KV commit, bookkeeping,
+  text decoding, event building). So draft + verify + other = the decode wall time that
+  tokens/s is computed from.
 - Speedup over autoregressive is paired: the ratio of tokens/s on the same prompt in the same
   run, then the median over prompts.
 - Predicted tokens/step is F(tree) under the positional acceptance model with the acceptance
@@ -276,38 +282,75 @@ def build_methods(config: BenchConfig, temperature: float, acceptance: list[floa
 
 
 # ------------------------------------------------------------------ one run
+class Lane:
+    """One method's generation on one prompt, advanced a step at a time, so that run_together can
+    interleave the lanes of a prompt. Its clock runs only while it advances: the engine's step
+    timers and this wall time never include another lane's steps."""
+
+    def __init__(self, pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings: Settings):
+        self.pair, self.spec, self.max_new_tokens = pair, spec, settings.max_new_tokens
+        self._steps = generate(pair, prompt_ids, spec.method, settings)
+        self.events: list = []
+        self.wall = self.cpu = 0.0
+        self.finished = False
+
+    @property
+    def share_done(self) -> float:
+        return self.events[-1].total_tokens / max(self.max_new_tokens, 1) if self.events else 0.0
+
+    def advance(self) -> None:
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        try:
+            self.events.append(next(self._steps))
+        except StopIteration:
+            self.finished = True
+        self.wall += time.perf_counter() - wall0
+        self.cpu += time.process_time() - cpu0
+
+    def result(self) -> dict:
+        """Decode wall time (prefill excluded) and its split, tokens, yields, the events."""
+        events, last = self.events, self.events[-1]
+        draft = sum(e.draft_seconds for e in events)
+        verify = sum(e.verify_seconds for e in events)
+        decode = max(self.wall - last.prefill_seconds, 1e-12)
+        steps = [e for e in events if e.nodes]
+        step_tokens = sum(step_yield(e) for e in steps)
+        return {"tokens": last.total_tokens, "steps": last.total_steps, "seconds": decode,
+                "step_tokens": step_tokens, "truncated_tokens": step_tokens - sum(len(e.new_token_ids) for e in steps),
+                "evidence": learning.events_evidence(steps), "events": steps,
+                "prefill_seconds": last.prefill_seconds, "draft_seconds": draft, "verify_seconds": verify,
+                "other_seconds": max(decode - draft - verify, 0.0),
+                "engine_other_seconds": sum(e.other_seconds for e in events),
+                "tokens_per_second": last.total_tokens / decode,
+                "tokens_per_step": step_tokens / last.total_steps if last.total_steps else 0.0,
+                "finish_reason": last.finish_reason, "token_ids": list(last.token_ids),
+                "cpu_utilisation": (self.cpu / self.wall / max(torch.get_num_threads(), 1)
+                                    if self.pair.device.type == "cpu" and self.wall > 0 else None)}
+
+
+def run_together(lanes: list[Lane]) -> None:
+    """Run the lanes to their end, always advancing the one furthest behind (the smallest share of
+    its max-new-tokens; ties in list order). Every lane's steps then spread over the same minutes,
+    so the machine's speed drifting (here: plain decoding 83-137 ms per token within one
+    benchmark) reaches every lane alike instead of whichever ran in a slow minute."""
+    while True:
+        running = [lane for lane in lanes if not lane.finished]
+        if not running:
+            return
+        min(running, key=lambda lane: lane.share_done).advance()
+
+
 def run_once(pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings: Settings,
              memory: PeakMemory | None = None) -> dict:
-    """One generation; wall time of the decode (prefill excluded) and its split."""
+    """One generation on its own (the warm-up, tests); with `memory`, its peak memory."""
     base = None
     if memory:
         base = memory.current()
         memory.reset()
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    draft = verify = engine_other = 0.0
-    last = None
-    events = []
-    for event in generate(pair, prompt_ids, spec.method, settings):
-        draft += event.draft_seconds
-        verify += event.verify_seconds
-        engine_other += event.other_seconds
-        last = event
-        events.append(event)
-    wall = time.perf_counter() - wall0
-    cpu = time.process_time() - cpu0
-    decode = max(wall - last.prefill_seconds, 1e-12)
-    steps = [e for e in events if e.nodes]
-    step_tokens = sum(step_yield(e) for e in steps)
-    return {"tokens": last.total_tokens, "steps": last.total_steps, "seconds": decode,
-            "step_tokens": step_tokens, "truncated_tokens": step_tokens - sum(len(e.new_token_ids) for e in steps),
-            "evidence": learning.events_evidence(steps), "events": steps,
-            "prefill_seconds": last.prefill_seconds, "draft_seconds": draft, "verify_seconds": verify,
-            "other_seconds": max(decode - draft - verify, 0.0), "engine_other_seconds": engine_other,
-            "tokens_per_second": last.total_tokens / decode,
-            "tokens_per_step": step_tokens / last.total_steps if last.total_steps else 0.0,
-            "finish_reason": last.finish_reason, "token_ids": list(last.token_ids),
-            "cpu_utilisation": cpu / wall / max(torch.get_num_threads(), 1) if pair.device.type == "cpu" else None,
-            "peak_memory_bytes": (peak := memory.peak() if memory else None),
+    lane = Lane(pair, prompt_ids, spec, settings)
+    run_together([lane])
+    peak = memory.peak() if memory else None
+    return {**lane.result(), "peak_memory_bytes": peak,
             "peak_memory_above_start_bytes": peak - base if peak is not None and base is not None else None}
 
 
@@ -349,9 +392,11 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
         warm = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                         max_new_tokens=config.warmup_tokens,
                         seed=config.seed, ignore_eos=True)
+        memory_of = {}  # key -> the warm-up's peak memory (timed runs are interleaved: see DEFINITIONS)
         if config.warmup_tokens > 0:
-            for s in specs:  # excluded from every figure
-                run_once(_runs_on(s, pair, baseline_pair), ids[0], s, warm)
+            for s in specs:  # excluded from every figure but memory
+                w = run_once(_runs_on(s, pair, baseline_pair), ids[0], s, warm, memory)
+                memory_of[s.key] = {k: w[k] for k in ("peak_memory_bytes", "peak_memory_above_start_bytes")}
         for i, prompt in enumerate(prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=config.max_new_tokens,
@@ -360,28 +405,34 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             acceptance_info[_tkey(temperature)].setdefault("per_prompt", {})[str(i)] = {
                 "domain": domain or "pooled", "note": why.lstrip("; ") or "pooled vector (no code/prose vectors)",
                 "positions": (own or vec).positions}
+            # every lane of the prompt is planned and predicted from the step costs of the earlier
+            # prompts' runs (the app plans a request from what it observed before it), then all
+            # lanes run interleaved step by step (run_together)
+            costs = observed.corrected(prof, costs_seen, temperature > 0) if prof is not None else None
+            behind = costs_seen.steps
             shift = i % len(specs)
-            for s in specs[shift:] + specs[:shift]:
-                # planned and predicted when its turn comes, from every earlier run's step costs (the
-                # machine's speed drifts over minutes), as the app plans a request when it arrives
-                costs = observed.corrected(prof, costs_seen, temperature > 0) if prof is not None else None
-                behind = costs_seen.steps
-                s = _auto_for_prompt(s, config, own or vec, costs, temperature)
-                load = load_average()
-                r = run_once(_runs_on(s, pair, baseline_pair), ids[i], s, settings, memory)
+            planned = [_auto_for_prompt(s, config, own or vec, costs, temperature)
+                       for s in specs[shift:] + specs[:shift]]
+            load = load_average()
+            lanes = [Lane(_runs_on(s, pair, baseline_pair), ids[i], s, settings) for s in planned]
+            run_together(lanes)
+            for s, lane in zip(planned, lanes):
+                r = lane.result()
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
-                         load_average=load, **_run_prediction(s, own or vec, prof, costs, behind, temperature))
+                         load_average=load, load_average_after=load_average(),
+                         **memory_of.get(s.key, dict.fromkeys(("peak_memory_bytes", "peak_memory_above_start_bytes"))),
+                         **_run_prediction(s, own or vec, prof, costs, behind, temperature))
                 if s.family == "sequoia-auto":
                     r.update(nodes=s.tree.size, depth=s.tree.depth, parents=list(s.tree.parents))
                 if prof is not None and s.family != "ar-default-kernels":  # that lane runs on other kernels
                     observed.add_events(costs_seen, prof, r["events"], temperature > 0)
                 _learn(pair, config, settings, s, r, own or vec, acceptance_info[_tkey(temperature)], domain)
-                loads.append(load[0] if load else None)
                 runs.append(r)
                 name = _auto_label(s.tree.size, s.tree.depth) if s.family == "sequoia-auto" else s.key
                 say(f"T={temperature} prompt {i + 1}/{len(prompts)} {name:<24s} {r['tokens']:3d} tok "
                     f"{r['steps']:3d} steps {r['tokens_per_second']:6.2f} tok/s {r['tokens_per_step']:5.2f} tok/step "
                     f"(load {load[0] if load else '?'}; {time.perf_counter() - wall0:.0f} s elapsed)")
+            loads.append(load[0] if load else None)
     check = None
     if config.learning_check:  # after every other lane: its evidence never reaches them
         from engine import bench_learning
@@ -411,7 +462,8 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
 
 def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperature: float) -> MethodSpec:
     """The hardware-aware lane as the app plans it for this prompt: its domain's vector (else the
-    pooled one) and the profile corrected by the step costs observed so far (this run's only)."""
+    pooled one) and the profile corrected by the step costs of the earlier prompts' runs (this
+    bench's only)."""
     if spec.family != "sequoia-auto" or costs is None:
         return spec
     choice = hardware_aware(vec.probabilities, costs, config.auto_max_budget, config.max_depth, temperature > 0)
@@ -423,9 +475,9 @@ def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperat
 def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float) -> dict:
     """A run's own prediction, from the vector of its prompt's domain where code and prose differ
     (engine/domains.py), else the pooled one: what the planner would predict for that prompt.
-    Tokens/s from the profile corrected by the step costs of this bench's earlier runs (`costs`,
-    what the app's planner does with the runs it has seen; before any run, the profile itself),
-    and from the profile alone (`*_profile`)."""
+    Tokens/s from the profile corrected by the step costs of this bench's earlier prompts' runs
+    (`costs`, what the app's planner does with the runs it has seen; for the first prompt, the
+    profile itself), and from the profile alone (`*_profile`)."""
     if spec.predicted_tokens_per_step is None:
         return {}
     out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain}
@@ -528,18 +580,22 @@ DEFINITIONS = {
                                  "prompt's domain where code and prose differ (else pooled), pooled over runs as "
                                  "yields / predicted steps; *_pooled_vector: from the pooled vector alone",
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
-                                   "device profile corrected by the step costs this bench's earlier runs observed "
-                                   "before the run (engine/observed.py, as the app's planner corrects it; the "
-                                   "first run uses the profile alone); *_profile: from the profile alone",
+                                   "device profile corrected by the step costs this bench's runs on earlier prompts "
+                                   "observed (engine/observed.py, as the app's planner corrects it; the first "
+                                   "prompt's runs use the profile alone); *_profile: from the profile alone",
     "tokens_per_second_pooled": "the lane's tokens over its decode seconds, all prompts together; "
                                 "predicted_*_pooled: the same tokens over the seconds each run's own prediction "
                                 "gives them (the hardware-aware prediction goal compares these two); "
                                 "predicted_tokens_per_second_error_runs: each run's measured over predicted, minus 1",
     "sequoia-auto": "the hardware-aware plan made per prompt as the app makes it: the prompt domain's vector (else "
                     "the pooled one) and the corrected profile above; trees_by_prompt lists the trees that ran",
-    "peak_memory_bytes": "max over the method's runs; see machine.peak_memory_kind (on CPU it includes the weights)",
-    "peak_memory_above_start_bytes": "max over runs of the peak minus the memory in use when the run started "
-                                     "(what the method itself adds: KV caches, activations, logits)",
+    "peak_memory_bytes": "the peak of the method's untimed warm-up run (the timed runs are interleaved step by "
+                         "step and share one process-wide peak); see machine.peak_memory_kind (on CPU it includes "
+                         "the weights)",
+    "peak_memory_above_start_bytes": "the warm-up's peak minus the memory in use when it started (what the method "
+                                     "itself adds: KV caches, activations, logits)",
+    "load_average": "per run: the 1-minute load average when its prompt's interleaved lanes started "
+                    "(load_average_after: when they had all finished)",
 }
 
 

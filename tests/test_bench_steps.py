@@ -81,3 +81,76 @@ def test_profile_goals_use_the_round_by_round_ratios_when_the_profile_has_them()
     assert t4["measured"] == 1.12 and t4["met"] and "ratio of the medians 1.300" in t4["detail"]
     draft = goals["profile: one-token draft forward <= 0.25 of a one-token target forward"]
     assert draft["measured"] == 0.24 and draft["met"] and "0.300" in draft["detail"]
+
+
+def test_lanes_run_interleaved_and_give_what_they_give_alone():
+    """run_together advances the lane furthest behind: neither lane gets ahead of the other by
+    more than one step's share, and each lane's tokens are those of a run on its own (its own
+    seeded generator), greedy and sampled."""
+    pair = tiny_pair("llama")
+    ids = encode_prompt(pair, "hello world", False)
+    specs = [bench.MethodSpec("ar", M.autoregressive()), bench.MethodSpec("chain", M.chain(4), width=1)]
+    for temperature in (0.0, 0.7):
+        settings = Settings(temperature=temperature, max_new_tokens=24, ignore_eos=True, seed=3)
+        lanes = [bench.Lane(pair, ids, s, settings) for s in specs]
+        order = []
+        for lane in lanes:
+            def advance(lane=lane, step=lane.advance):
+                order.append((lane.spec.key, [other.share_done for other in lanes]))
+                step()
+            lane.advance = advance
+        bench.run_together(lanes)
+        assert all(lane.finished for lane in lanes)
+        keys = [k for k, _ in order]
+        assert keys[:2] == ["ar", specs[1].key]  # ties go in list order
+        for key, shares in order:  # the lane that steps is never ahead of a running one
+            mine = shares[[s.key for s in specs].index(key)]
+            assert all(mine <= other or other >= 1.0 for other in shares)
+        # the chain's steps are spread over the whole run, not done first or last
+        chain_at = [i for i, k in enumerate(keys) if k == specs[1].key]
+        assert chain_at[0] < len(keys) // 4 and chain_at[-1] > len(keys) // 2
+        for spec, lane in zip(specs, lanes):
+            alone = bench.run_once(pair, ids, spec, settings)
+            together = lane.result()
+            assert together["token_ids"] == alone["token_ids"], (spec.key, temperature)
+            assert together["steps"] == alone["steps"] and together["seconds"] > 0
+
+
+def test_interleaved_lanes_keep_their_speed_ratio_when_the_machine_slows_down(monkeypatch):
+    """A machine that runs at half speed after a while: run one after the other, the lane that ran
+    second looks twice as slow; interleaved by run_together, both see the same mix of speeds."""
+    from types import SimpleNamespace
+    clock = {"t": 0.0}
+
+    def now():
+        return clock["t"]
+
+    def fake_generate(pair, ids, method, settings):  # method: (tokens per step, seconds per step)
+        per_step, cost = method
+        total = 0
+        while total < settings.max_new_tokens:
+            clock["t"] += cost * (1.0 if clock["t"] < 100.0 else 2.0)  # half speed after 100 s
+            total += per_step
+            yield SimpleNamespace(total_tokens=total, total_steps=total // per_step, prefill_seconds=0.0,
+                                  draft_seconds=0.0, verify_seconds=0.0, other_seconds=0.0, nodes=[],
+                                  new_token_ids=[0] * per_step, finish_reason=None, token_ids=[])
+
+    monkeypatch.setattr(bench, "generate", fake_generate)
+    monkeypatch.setattr(bench.time, "perf_counter", now)
+    monkeypatch.setattr(bench.time, "process_time", now)
+    pair = SimpleNamespace(device=SimpleNamespace(type="cpu"))
+    settings = Settings(max_new_tokens=120)
+    plain, tree = (bench.MethodSpec("a", (1, 1.0)), bench.MethodSpec("b", (3, 2.0)))  # true ratio 1.5
+
+    def ratio(lanes):
+        a, b = (lane.result()["tokens_per_second"] for lane in lanes)
+        return b / a
+
+    one_after_the_other = [bench.Lane(pair, [], s, settings) for s in (plain, tree)]
+    for lane in one_after_the_other:
+        bench.run_together([lane])
+    clock["t"] = 0.0
+    together = [bench.Lane(pair, [], s, settings) for s in (plain, tree)]
+    bench.run_together(together)
+    assert abs(ratio(one_after_the_other) / 1.5 - 1) > 0.4   # 0.875: B ran in the slow minutes
+    assert abs(ratio(together) / 1.5 - 1) < 0.05
