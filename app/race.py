@@ -1,4 +1,4 @@
-"""Race tab: one prompt, seed and settings through several methods, one after another."""
+"""Race tab: one prompt, seed and settings through several methods, interleaved step by step."""
 from __future__ import annotations
 
 import time
@@ -17,9 +17,11 @@ from engine.jobs import LaneEvent, Note, Progress
 UPDATE_INTERVAL = 0.5
 
 FAIRNESS = (
-    "**How the race is run.** All methods get the same prompt, seed and settings. They run **one after "
-    "another** in the single model worker — never two on the device at once, and no other job runs on the models "
-    "meanwhile (other requests wait in the queue). Planning, any acceptance/profile measurement and a short "
+    "**How the race is run.** All methods get the same prompt, seed and settings. They run **together, one "
+    "step at a time**, in the single model worker: the method furthest behind (the smallest share of its tokens "
+    "generated) takes the next step, so every method's steps spread over the same seconds and a machine whose "
+    "speed drifts slows them all alike. Never two steps on the device at once, and no other job runs on the "
+    "models meanwhile (other requests wait in the queue). Planning, any acceptance/profile measurement and a short "
     "**untimed warm-up** of every method happen before the first timed run. Each method starts from fresh "
     "caches; its time is the engine's decoding time (draft + verify + bookkeeping, measured with device "
     "synchronisation), the prompt's prefill excluded and reported apart. SpecInfer uses k = ⌊(n−1)/(d−1)⌋ chains "
@@ -146,11 +148,9 @@ def build(ctx: AppContext) -> dict:
                         lanes[lane]["label"] = result.method.label
                         lanes[lane]["expected"] = result.expected_tokens
                     yield {lanes_html: _lane_html(order, lanes, None), status: "… untimed warm-up…"}
-                elif isinstance(item, Note) and item.kind == "lane":
-                    running = item.data
-                    yield {status: f"● timing **{lanes[running].get('label', running)}** "
-                                   f"({order.index(running) + 1} of {len(order)})",
-                           lanes_html: _lane_html(order, lanes, running)}
+                elif isinstance(item, Note) and item.kind == "together":
+                    yield {status: f"● timing all {len(order)} methods together, one step at a time "
+                                   "(the one furthest behind steps next)"}
                 elif isinstance(item, LaneEvent):
                     ev = item.event
                     lanes[item.lane]["last"] = ev

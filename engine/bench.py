@@ -6,12 +6,12 @@ report is engine/bench_report.py, the optional oneDNN linear path is engine/cpu_
 How a run is made (so that the numbers can be trusted and compared):
 - One `Settings` per (temperature, prompt): every method decodes the same prompt with the same
   seed. At T=0 every method must reproduce the autoregressive tokens (checked, `matches_ar`).
-- Methods run interleaved, step by step: for prompt i every method's generation is a Lane, and
-  run_together always advances the lane furthest behind (share of its max-new-tokens), so all
-  lanes of a prompt spread their steps over the same minutes and the machine's drifting speed
-  (other tenants, memory management; plain decoding took 83-137 ms per token within one run
-  here when methods ran one after another) reaches them alike. Ties go in an order that
-  rotates with the prompt.
+- Methods run interleaved, step by step (engine/interleave.py): for prompt i every method's
+  generation is a Lane, and run_together always advances the lane furthest behind (share of its
+  max-new-tokens), so all lanes of a prompt spread their steps over the same minutes and the
+  machine's drifting speed (plain decoding took 83-137 ms per token within one run here when
+  methods ran one after another) reaches them alike. Ties go in an order that rotates with the
+  prompt.
 - A warm-up generation per method (a few tokens) runs first and is not counted, except for peak
   memory, which is measured there: interleaved runs share one process-wide peak.
 - Times are wall-clock around the lane's own steps (prefill excluded; a lane's clock stops while
@@ -60,6 +60,7 @@ from engine import bench_goals, learning, observed, profiler
 from engine import methods as M
 from engine.decoding import generate
 from engine.errors import UserError
+from engine.interleave import Lane, run_together
 from engine.models import ModelPair, encode_prompt
 from engine.prompts import Prompt, asset_prompts, prompt_mix, prompts_from_texts  # noqa: F401
 from engine.planning import (TABLE_DEPTH, hardware_aware, learning_key, learns_from, predict, table_for,
@@ -282,62 +283,29 @@ def build_methods(config: BenchConfig, temperature: float, acceptance: list[floa
 
 
 # ------------------------------------------------------------------ one run
-class Lane:
-    """One method's generation on one prompt, advanced a step at a time, so that run_together can
-    interleave the lanes of a prompt. Its clock runs only while it advances: the engine's step
-    timers and this wall time never include another lane's steps."""
-
-    def __init__(self, pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings: Settings):
-        self.pair, self.spec, self.max_new_tokens = pair, spec, settings.max_new_tokens
-        self._steps = generate(pair, prompt_ids, spec.method, settings)
-        self.events: list = []
-        self.wall = self.cpu = 0.0
-        self.finished = False
-
-    @property
-    def share_done(self) -> float:
-        return self.events[-1].total_tokens / max(self.max_new_tokens, 1) if self.events else 0.0
-
-    def advance(self) -> None:
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        try:
-            self.events.append(next(self._steps))
-        except StopIteration:
-            self.finished = True
-        self.wall += time.perf_counter() - wall0
-        self.cpu += time.process_time() - cpu0
-
-    def result(self) -> dict:
-        """Decode wall time (prefill excluded) and its split, tokens, yields, the events."""
-        events, last = self.events, self.events[-1]
-        draft = sum(e.draft_seconds for e in events)
-        verify = sum(e.verify_seconds for e in events)
-        decode = max(self.wall - last.prefill_seconds, 1e-12)
-        steps = [e for e in events if e.nodes]
-        step_tokens = sum(step_yield(e) for e in steps)
-        return {"tokens": last.total_tokens, "steps": last.total_steps, "seconds": decode,
-                "step_tokens": step_tokens, "truncated_tokens": step_tokens - sum(len(e.new_token_ids) for e in steps),
-                "evidence": learning.events_evidence(steps), "events": steps,
-                "prefill_seconds": last.prefill_seconds, "draft_seconds": draft, "verify_seconds": verify,
-                "other_seconds": max(decode - draft - verify, 0.0),
-                "engine_other_seconds": sum(e.other_seconds for e in events),
-                "tokens_per_second": last.total_tokens / decode,
-                "tokens_per_step": step_tokens / last.total_steps if last.total_steps else 0.0,
-                "finish_reason": last.finish_reason, "token_ids": list(last.token_ids),
-                "cpu_utilisation": (self.cpu / self.wall / max(torch.get_num_threads(), 1)
-                                    if self.pair.device.type == "cpu" and self.wall > 0 else None)}
+def lane_result(pair: ModelPair, lane: Lane) -> dict:
+    """A finished lane's decode wall time (prefill excluded) and its split, tokens, yields, events."""
+    events, last = lane.events, lane.events[-1]
+    draft = sum(e.draft_seconds for e in events)
+    verify = sum(e.verify_seconds for e in events)
+    decode = max(lane.wall - last.prefill_seconds, 1e-12)
+    steps = [e for e in events if e.nodes]
+    step_tokens = sum(step_yield(e) for e in steps)
+    return {"tokens": last.total_tokens, "steps": last.total_steps, "seconds": decode,
+            "step_tokens": step_tokens, "truncated_tokens": step_tokens - sum(len(e.new_token_ids) for e in steps),
+            "evidence": learning.events_evidence(steps), "events": steps,
+            "prefill_seconds": last.prefill_seconds, "draft_seconds": draft, "verify_seconds": verify,
+            "other_seconds": max(decode - draft - verify, 0.0),
+            "engine_other_seconds": sum(e.other_seconds for e in events),
+            "tokens_per_second": last.total_tokens / decode,
+            "tokens_per_step": step_tokens / last.total_steps if last.total_steps else 0.0,
+            "finish_reason": last.finish_reason, "token_ids": list(last.token_ids),
+            "cpu_utilisation": (lane.cpu / lane.wall / max(torch.get_num_threads(), 1)
+                                if pair.device.type == "cpu" and lane.wall > 0 else None)}
 
 
-def run_together(lanes: list[Lane]) -> None:
-    """Run the lanes to their end, always advancing the one furthest behind (the smallest share of
-    its max-new-tokens; ties in list order). Every lane's steps then spread over the same minutes,
-    so the machine's speed drifting (here: plain decoding 83-137 ms per token within one
-    benchmark) reaches every lane alike instead of whichever ran in a slow minute."""
-    while True:
-        running = [lane for lane in lanes if not lane.finished]
-        if not running:
-            return
-        min(running, key=lambda lane: lane.share_done).advance()
+def new_lane(pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings: Settings) -> Lane:
+    return Lane(spec.key, generate(pair, prompt_ids, spec.method, settings), settings.max_new_tokens)
 
 
 def run_once(pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings: Settings,
@@ -347,10 +315,11 @@ def run_once(pair: ModelPair, prompt_ids: list[int], spec: MethodSpec, settings:
     if memory:
         base = memory.current()
         memory.reset()
-    lane = Lane(pair, prompt_ids, spec, settings)
-    run_together([lane])
+    lane = new_lane(pair, prompt_ids, spec, settings)
+    for _ in run_together([lane]):
+        pass
     peak = memory.peak() if memory else None
-    return {**lane.result(), "peak_memory_bytes": peak,
+    return {**lane_result(pair, lane), "peak_memory_bytes": peak,
             "peak_memory_above_start_bytes": peak - base if peak is not None and base is not None else None}
 
 
@@ -414,10 +383,12 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             planned = [_auto_for_prompt(s, config, own or vec, costs, temperature)
                        for s in specs[shift:] + specs[:shift]]
             load = load_average()
-            lanes = [Lane(_runs_on(s, pair, baseline_pair), ids[i], s, settings) for s in planned]
-            run_together(lanes)
-            for s, lane in zip(planned, lanes):
-                r = lane.result()
+            runs_on = [_runs_on(s, pair, baseline_pair) for s in planned]
+            lanes = [new_lane(p, ids[i], s, settings) for p, s in zip(runs_on, planned)]
+            for _ in run_together(lanes):  # interleaved step by step: engine/interleave.py
+                pass
+            for s, lane, p in zip(planned, lanes, runs_on):
+                r = lane_result(p, lane)
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
                          load_average=load, load_average_after=load_average(),
                          **memory_of.get(s.key, dict.fromkeys(("peak_memory_bytes", "peak_memory_above_start_bytes"))),

@@ -129,6 +129,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     """Lanes keep their planned trees (a fair race); with `learn` the plans start from the learned
     vector and every lane whose steps are evidence stores them (engine/learning.py)."""
     from engine.decoding import Decoder
+    from engine.interleave import Lane, run_together
     from engine.models import encode_prompt
     pair = ctx.pair
     ids = encode_prompt(pair, prompt, chat)
@@ -144,29 +145,31 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
             ctx.progress(None, f"warm-up (untimed): {lane}")
             for _ in Decoder(pair, result.method, warm).run(ids, should_stop=ctx.should_stop):
                 pass
+    # the lanes step in turn, the one furthest behind first (engine/interleave.py): a machine whose
+    # speed drifts slows every lane alike instead of whichever ran in a slow minute
+    lanes = [Lane(lane, Decoder(pair, result.method, settings).run(ids, should_stop=ctx.should_stop),
+                  settings.max_new_tokens) for lane, result in planned]
+    yield Note("together", [lane for lane, _ in planned])
+    for lane, event in run_together(lanes):
+        yield LaneEvent(lane.name, event)
     summaries = []
-    for lane, result in planned:
-        if ctx.should_stop():
-            break
-        yield Note("lane", lane)
-        events = []
-        for event in Decoder(pair, result.method, settings).run(ids, should_stop=ctx.should_stop):
-            events.append(event)
-            yield LaneEvent(lane, event)
+    for (lane, result), run in zip(planned, lanes):
+        events = run.events
+        if not events:
+            continue
         _record_costs(pair, events, settings)
         learner = learner_for(pair, result, settings) if learn else None
         if learner is not None:
             for event in events:
                 learner.observe(event)
             learner.record()
-        last = events[-1] if events else None
-        if last is not None:
-            summaries.append({"lane": lane, "label": result.method.label, "tokens": last.total_tokens,
-                              "steps": last.total_steps, "seconds": last.total_seconds,
-                              "prefill_seconds": last.prefill_seconds, "tokens_per_step": last.tokens_per_step,
-                              "tokens_per_second": last.tokens_per_second, "text": last.text,
-                              "token_ids": last.token_ids, "finish_reason": last.finish_reason,
-                              "expected_tokens": result.expected_tokens})
+        last = events[-1]
+        summaries.append({"lane": lane, "label": result.method.label, "tokens": last.total_tokens,
+                          "steps": last.total_steps, "seconds": last.total_seconds,
+                          "prefill_seconds": last.prefill_seconds, "tokens_per_step": last.tokens_per_step,
+                          "tokens_per_second": last.tokens_per_second, "text": last.text,
+                          "token_ids": last.token_ids, "finish_reason": last.finish_reason,
+                          "expected_tokens": result.expected_tokens})
     return summaries
 
 

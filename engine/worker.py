@@ -293,8 +293,9 @@ class Worker:
 
     def race(self, prompt: str, specs: list[tuple[str, MethodSpec]], settings: Settings,
              chat: bool | None = None, warmup_tokens: int = 2, learn: bool = True) -> Job:
-        """Stream: Progress while planning, Note('race', [(lane, PlanResult)]), then per method
-        Note('lane', lane) and LaneEvents. Result: list of per-lane summaries."""
+        """Stream: Progress while planning, Note('race', [(lane, PlanResult)]), Note('together', lanes),
+        then the lanes' LaneEvents interleaved step by step (engine/interleave.py). Result: list of
+        per-lane summaries."""
         if not specs:
             raise UserError("pick at least one method for the race")
         for _, spec in specs:

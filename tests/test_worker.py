@@ -238,3 +238,22 @@ def test_a_first_load_profiles_the_device_with_few_rounds(tmp_path, monkeypatch)
         w.close()
     assert len(calls) == 1
     assert calls[0]["repeats"] <= calls[0]["max_repeats"] == jobs.FIRST_LOAD_MAX_ROUNDS < profiler.MAX_REPEATS
+
+
+def test_race_lanes_step_in_turn_and_match_their_own_runs(worker):
+    """The Race interleaves its lanes step by step (the lane furthest behind steps next); each
+    lane's text is the one its method gives on its own, at T=0 autoregressive's."""
+    from engine.jobs import LaneEvent
+    settings = Settings(max_new_tokens=24, ignore_eos=True)
+    specs = [("autoregressive", MethodSpec("ar")), ("chain", MethodSpec("chain", depth=4))]
+    job = worker.race("hello world", specs, settings, learn=False)
+    items = list(job.stream(timeout=120))
+    notes = [x.kind for x in items if isinstance(x, Note)]
+    assert notes == ["race", "together"]
+    lanes = [x.lane for x in items if isinstance(x, LaneEvent)]
+    first_chain, last_ar = lanes.index("chain"), len(lanes) - 1 - lanes[::-1].index("autoregressive")
+    assert lanes[0] == "autoregressive" and first_chain == 1 and last_ar > first_chain
+    summaries = {s["lane"]: s for s in job.result}
+    assert summaries["chain"]["token_ids"] == summaries["autoregressive"]["token_ids"]
+    alone = steps(worker.generate("hello world", MethodSpec("chain", depth=4), settings, learn=False))
+    assert alone[-1].token_ids == summaries["chain"]["token_ids"]
