@@ -24,9 +24,14 @@ def evaluate_goals(results: list[dict]) -> list[dict]:
         for r in by(t, "sequoia") + by(t, "sequoia-auto"):
             if r.get("predicted_tokens_per_step"):
                 err = r["tokens_per_step"] / r["predicted_tokens_per_step"] - 1
+                span = r.get("tokens_per_step_interval_95")
+                inside = (f" (95 % interval {span[0]:.2f}-{span[1]:.2f} over {r['steps']} steps: the prediction is "
+                          f"{'inside' if span[0] <= r['predicted_tokens_per_step'] <= span[1] else 'outside'} it)"
+                          if span else "")
                 goals.append({"goal": f"T={t:g}: {r['label']} predicted tokens/step within 10 % of observed",
                               "measured": err, "target": 0.10, "met": abs(err) <= 0.10,
-                              "detail": f"observed {r['tokens_per_step']:.2f}, predicted {r['predicted_tokens_per_step']:.2f}"})
+                              "detail": f"observed {r['tokens_per_step']:.2f}{inside}, "
+                                        f"predicted {r['predicted_tokens_per_step']:.2f}"})
         seq = by(t, "sequoia") + by(t, "sequoia-auto")
         auto = by(t, "sequoia-auto")
         if auto and seq:

@@ -81,3 +81,16 @@ def test_profile_goals_use_the_round_by_round_ratios_when_the_profile_has_them()
     assert t4["measured"] == 1.12 and t4["met"] and "ratio of the medians 1.300" in t4["detail"]
     draft = goals["profile: one-token draft forward <= 0.25 of a one-token target forward"]
     assert draft["measured"] == 0.24 and draft["met"] and "0.300" in draft["detail"]
+
+
+def test_tokens_per_step_interval_is_a_block_bootstrap_of_the_steps():
+    assert bench.yield_interval([[3] * 20, [3] * 8]) == [3.0, 3.0]  # no spread, no uncertainty
+    assert bench.yield_interval([[2]]) is None                      # one block: nothing to resample
+    import random
+    rng = random.Random(1)
+    few = [[rng.choice([1, 5]) for _ in range(12)]]
+    many = [[rng.choice([1, 5]) for _ in range(400)]]
+    lo, hi = bench.yield_interval(few)
+    assert lo < sum(few[0]) / 12 < hi
+    lo2, hi2 = bench.yield_interval(many)
+    assert lo2 < 3.0 < hi2 and (hi2 - lo2) < (hi - lo) / 3     # 33x the steps: about a sixth as wide

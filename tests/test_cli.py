@@ -116,3 +116,20 @@ def test_bad_tree_files(dirs, tmp_path, capsys):
             path.write_text(text)
         code, err = in_process(capsys, "generate", "--draft", draft, "--target", target, "--prompt", "x", "--tree", path)
         assert code == 2 and "error:" in err, (name, err)
+
+
+@pytest.mark.parametrize("mix,needle", [("code=2,poetry=1", "kinds code, prose"), ("prose=9", "has 2 prose"),
+                                        ("code=0", "counts >= 1"), (",", "empty")])
+def test_bench_prompt_mix_bad_values_are_one_line_exit_2(dirs, capsys, mix, needle):
+    draft, target = dirs
+    code, err = in_process(capsys, "bench", "--quick", "--draft", draft, "--target", target, "--prompt-mix", mix)
+    assert code == 2, err
+    error_lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(error_lines) == 1 and needle in error_lines[0], err
+
+
+def test_bench_prompt_mix_picks_the_shipped_prompts_of_each_kind():
+    from engine.commands.bench import _mix
+    from engine.bench import default_prompts
+    prompts = default_prompts(_mix("code=1,prose=2"))
+    assert [p.kind for p in prompts].count("prose") == 2 and [p.kind for p in prompts].count("code") == 1

@@ -23,6 +23,8 @@ def register(sub) -> None:
     p.add_argument("--prompts", default=None,
                    help="text file, one prompt per line (\\n = newline); default: 2 code + 1 prose prompt "
                         "from assets/prompts.json")
+    p.add_argument("--prompt-mix", default=None, metavar="code=N,prose=M",
+                   help="how many of assets/prompts.json's prompts of each kind (default code=2,prose=1)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per prompt and method (default 32)")
     p.add_argument("--temperatures", default=None, help="comma-separated, 0 = greedy (default 0,0.7)")
     p.add_argument("--top-p", type=float, default=None)
@@ -106,6 +108,24 @@ def _shapes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _mix(text: str) -> dict[str, int]:
+    """'code=2,prose=2' -> {'code': 2, 'prose': 2}, checked against the shipped prompts."""
+    from collections import Counter
+    have = Counter(p.kind for p in bench.asset_prompts())
+    mix = {}
+    for part in (x.strip() for x in text.split(",") if x.strip()):
+        kind, _, count = part.partition("=")
+        if kind not in have or not count.strip().isdigit() or int(count) < 1:
+            raise UserError(f"--prompt-mix takes kind=count with kinds {', '.join(sorted(have))} and counts >= 1 "
+                            f"(got {part!r})")
+        if int(count) > have[kind]:
+            raise UserError(f"--prompt-mix {part}: assets/prompts.json has {have[kind]} {kind} prompts")
+        mix[kind] = int(count)
+    if not mix:
+        raise UserError("--prompt-mix is empty")
+    return mix
+
+
 def config_from_args(args) -> bench.BenchConfig:
     base = bench.BenchConfig(**bench.QUICK) if args.quick else bench.BenchConfig()
     changes = {}
@@ -152,6 +172,8 @@ def run(args) -> int:
     config = config_from_args(args)
     if args.prompts:
         prompts = bench.prompts_from_texts(read_prompts(args.prompts))
+    elif args.prompt_mix:
+        prompts = bench.default_prompts(_mix(args.prompt_mix))
     else:
         prompts = bench.default_prompts(bench.QUICK_PROMPT_MIX if args.quick else None)
     pair = pair_from_args(args)
