@@ -28,15 +28,14 @@ FAIRNESS = (
     "of d levels so it gets no more nodes than Sequoia; hardware-aware Sequoia treats n and d as upper bounds.")
 
 
-def _lane_html(order, lanes, running: str | None) -> str:
+def _lane_html(order, lanes) -> str:
     rows = []
     for k, lane in enumerate(order):
         info = lanes.get(lane, {})
         color = plots.LANE_COLORS[k % len(plots.LANE_COLORS)]
         ev = info.get("last")
         if ev is None:
-            state = "running…" if lane == running else "waiting"
-            body = f'<span class="sq-placeholder">{state}</span>'
+            body = '<span class="sq-placeholder">waiting</span>'
             stats = ""
         else:
             body = render.esc(ev.text)
@@ -97,7 +96,7 @@ def build(ctx: AppContext) -> dict:
     status = gr.Markdown("", elem_id="sq-race-status")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            lanes_html = gr.HTML(_lane_html([], {}, None), elem_id="sq-lanes")
+            lanes_html = gr.HTML(_lane_html([], {}), elem_id="sq-lanes")
         with gr.Column(scale=2):
             chart = gr.Plot(show_label=False, elem_id="sq-race-chart")
     table = gr.Dataframe(label="Result", interactive=False, elem_id="sq-race-table")
@@ -133,11 +132,10 @@ def build(ctx: AppContext) -> dict:
         order = [lane for lane, _ in specs]
         lanes: dict[str, dict] = {lane: {} for lane in order}
         series: dict[str, list] = {lane: [] for lane in order}
-        running = None
         last_push = 0.0
         greedy = settings.greedy
         yield {status: "… waiting for the model worker…" if job.position else "… planning…",
-               lanes_html: _lane_html(order, lanes, None), table: _table(order, lanes, greedy), verdict: "",
+               lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy), verdict: "",
                chart: plots.race_figure(series)}
         try:
             for item in job.stream():
@@ -147,7 +145,7 @@ def build(ctx: AppContext) -> dict:
                     for lane, result in item.data:
                         lanes[lane]["label"] = result.method.label
                         lanes[lane]["expected"] = result.expected_tokens
-                    yield {lanes_html: _lane_html(order, lanes, None), status: "… untimed warm-up…"}
+                    yield {lanes_html: _lane_html(order, lanes), status: "… untimed warm-up…"}
                 elif isinstance(item, Note) and item.kind == "together":
                     yield {status: f"● timing all {len(order)} methods together, one step at a time "
                                    "(the one furthest behind steps next)"}
@@ -158,7 +156,7 @@ def build(ctx: AppContext) -> dict:
                     now = time.monotonic()
                     if now - last_push >= UPDATE_INTERVAL or ev.done:
                         last_push = now
-                        yield {lanes_html: _lane_html(order, lanes, running), chart: plots.race_figure(series),
+                        yield {lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),
                                table: _table(order, lanes, greedy)}
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "race")
@@ -171,7 +169,7 @@ def build(ctx: AppContext) -> dict:
         done_all = all(lanes[lane].get("last") is not None and lanes[lane]["last"].done for lane in order)
         stopped = job.state == "stopped" or not done_all
         yield {status: "■ Race stopped." if stopped else "✓ Race finished.",
-               lanes_html: _lane_html(order, lanes, None), chart: plots.race_figure(series),
+               lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     def stop_race(request: gr.Request):
