@@ -12,8 +12,11 @@ How a run is made (so that the numbers can be trusted and compared):
   machine's drifting speed (plain decoding took 83-137 ms per token within one run here when
   methods ran one after another) reaches them alike. Ties go in an order that rotates with the
   prompt.
-- A warm-up generation per method (a few tokens) runs first and is not counted, except for peak
-  memory, which is measured there: interleaved runs share one process-wide peak.
+- A warm-up generation per method (warmup_tokens, 8) runs first and is not counted, except for
+  peak memory, which is measured there (interleaved runs share one process-wide peak), and its
+  step costs, which calibrate the plans like any earlier run's: the machine's speed moves in
+  phases (a profile timed t(1) at 77 ms a minute before a benchmark whose plain decoding ran at
+  130-140 ms per token), so the first prompt is not planned from the profile alone.
 - Times are wall-clock around the lane's own steps (prefill excluded; a lane's clock stops while
   other lanes step): `draft_seconds` and `verify_seconds` are the engine's per-step timers,
   `other_seconds` is everything else of the decode wall time (walk, KV commit, bookkeeping,
@@ -91,7 +94,7 @@ class BenchConfig:
     seed: int = 0
     ignore_eos: bool = False
     chat: bool | None = None
-    warmup_tokens: int = 2
+    warmup_tokens: int = 8                            # per method, untimed; its step costs calibrate the plans
     acceptance_width: int = 16
     acceptance_tokens: int = 32
     acceptance_prompts: str = "bench"                 # "bench" (the benchmark prompts) or "assets" (all examples)
@@ -293,6 +296,7 @@ def lane_result(pair: ModelPair, lane: Lane) -> dict:
     step_tokens = sum(step_yield(e) for e in steps)
     return {"tokens": last.total_tokens, "steps": last.total_steps, "seconds": decode,
             "step_tokens": step_tokens, "truncated_tokens": step_tokens - sum(len(e.new_token_ids) for e in steps),
+            "step_yields": [step_yield(e) for e in steps],
             "evidence": learning.events_evidence(steps), "events": steps,
             "prefill_seconds": last.prefill_seconds, "draft_seconds": draft, "verify_seconds": verify,
             "other_seconds": max(decode - draft - verify, 0.0),
@@ -351,6 +355,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     vectors = {}
     loads = []
     costs_seen = observed.Observations()  # step costs of this run's earlier runs (never the user's store)
+    warmups: dict[str, dict] = {}
     for temperature in config.temperatures:
         vec, info = _acceptance(pair, config, temperature, acc_texts, say)
         acceptance_info[_tkey(temperature)] = info
@@ -362,10 +367,15 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                         max_new_tokens=config.warmup_tokens,
                         seed=config.seed, ignore_eos=True)
         memory_of = {}  # key -> the warm-up's peak memory (timed runs are interleaved: see DEFINITIONS)
+        before_warmup = costs_seen.steps
         if config.warmup_tokens > 0:
-            for s in specs:  # excluded from every figure but memory
+            for s in specs:  # excluded from every figure but memory; its step costs calibrate the plans
                 w = run_once(_runs_on(s, pair, baseline_pair), ids[0], s, warm, memory)
                 memory_of[s.key] = {k: w[k] for k in ("peak_memory_bytes", "peak_memory_above_start_bytes")}
+                if prof is not None and s.family != "ar-default-kernels":
+                    observed.add_events(costs_seen, prof, w["events"], temperature > 0)
+        warmups[_tkey(temperature)] = {"tokens": config.warmup_tokens,
+                                       "observed_steps": costs_seen.steps - before_warmup}
         for i, prompt in enumerate(prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=config.max_new_tokens,
@@ -393,8 +403,9 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                          load_average=load, load_average_after=load_average(),
                          **memory_of.get(s.key, dict.fromkeys(("peak_memory_bytes", "peak_memory_above_start_bytes"))),
                          **_run_prediction(s, own or vec, prof, costs, behind, temperature))
+                r.update(nodes=s.tree.size, depth=s.tree.depth)
                 if s.family == "sequoia-auto":
-                    r.update(nodes=s.tree.size, depth=s.tree.depth, parents=list(s.tree.parents))
+                    r.update(parents=list(s.tree.parents))
                 if prof is not None and s.family != "ar-default-kernels":  # that lane runs on other kernels
                     observed.add_events(costs_seen, prof, r["events"], temperature > 0)
                 _learn(pair, config, settings, s, r, own or vec, acceptance_info[_tkey(temperature)], domain)
@@ -420,11 +431,12 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
         pass
 
     results = aggregate(runs, specs_by_t)
+    machine["observed_costs"] = observed_costs(runs)
     out = {"machine": machine, "pair": pair.describe(), "config": config.to_dict(),
            "prompts": [asdict(p) for p in prompts], "acceptance": acceptance_info, "profile": prof_info,
            "results": results, "goals": (bench_goals.evaluate_goals(results) + bench_goals.loaded_pair_goals(pair, prof)
                                          + bench_goals.learning_check_goals(check)),
-           "learning_check": check,
+           "learning_check": check, "warmup": warmups,
            "started_at": started, "wall_seconds": time.perf_counter() - wall0,
            "definitions": DEFINITIONS,
            "runs": [{k: v for k, v in r.items() if k not in ("token_ids", "evidence", "events")} for r in runs]}
@@ -433,8 +445,8 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
 
 def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperature: float) -> MethodSpec:
     """The hardware-aware lane as the app plans it for this prompt: its domain's vector (else the
-    pooled one) and the profile corrected by the step costs of the earlier prompts' runs (this
-    bench's only)."""
+    pooled one) and the profile corrected by the step costs of the warm-up and the earlier
+    prompts' runs (this bench's only)."""
     if spec.family != "sequoia-auto" or costs is None:
         return spec
     choice = hardware_aware(vec.probabilities, costs, config.auto_max_budget, config.max_depth, temperature > 0)
@@ -446,9 +458,9 @@ def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperat
 def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float) -> dict:
     """A run's own prediction, from the vector of its prompt's domain where code and prose differ
     (engine/domains.py), else the pooled one: what the planner would predict for that prompt.
-    Tokens/s from the profile corrected by the step costs of this bench's earlier prompts' runs
-    (`costs`, what the app's planner does with the runs it has seen; for the first prompt, the
-    profile itself), and from the profile alone (`*_profile`)."""
+    Tokens/s from the profile corrected by the step costs of this bench's warm-up and earlier
+    prompts' runs (`costs`, what the app's planner does with the runs it has seen), and from the
+    profile alone (`*_profile`)."""
     if spec.predicted_tokens_per_step is None:
         return {}
     out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain}
@@ -543,6 +555,9 @@ DEFINITIONS = {
     "learning_check": "--learning-check: per temperature and prompt kind, F(frozen tree) under the posterior at the "
                       "first step boundary at or after learning_check_after tokens over the rest's observed "
                       "tokens/step (counted as tokens_per_step), minus 1 (engine/bench_learning.py)",
+    "observed_costs": "machine.observed_costs: t(n)/t(1) and the draft's seconds per level over t(1) read off this "
+                      "run's interleaved lanes (verify seconds per step by tree size; chains' draft seconds per "
+                      "level), beside the device profile's",
     "tokens_per_step_interval_95": "a 95 % interval of tokens_per_step: block bootstrap over the runs' steps "
                                    "(blocks of 4 consecutive steps of one run, 2000 resamples)",
     "speedup_vs_ar": "median over prompts of tokens/s divided by autoregressive tokens/s on the same prompt, same run",
@@ -553,9 +568,9 @@ DEFINITIONS = {
                                  "prompt's domain where code and prose differ (else pooled), pooled over runs as "
                                  "yields / predicted steps; *_pooled_vector: from the pooled vector alone",
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
-                                   "device profile corrected by the step costs this bench's runs on earlier prompts "
-                                   "observed (engine/observed.py, as the app's planner corrects it; the first "
-                                   "prompt's runs use the profile alone); *_profile: from the profile alone",
+                                   "device profile corrected by the step costs this bench's warm-up and its runs on "
+                                   "earlier prompts observed (engine/observed.py, as the app's planner corrects it; "
+                                   "warmup.observed_steps says how many steps the warm-up gave); *_profile: from the profile alone",
     "tokens_per_second_pooled": "the lane's tokens over its decode seconds, all prompts together; "
                                 "predicted_*_pooled: the same tokens over the seconds each run's own prediction "
                                 "gives them (the hardware-aware prediction goal compares these two); "
@@ -647,8 +662,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 "tokens_per_step": yields / steps if steps else 0.0,
                 "truncated_tokens": sum(r.get("truncated_tokens", 0) for r in rs),
                 "tokens_per_step_runs": [r["tokens_per_step"] for r in rs],
-                "tokens_per_step_interval_95": yield_interval([[step_yield(e) for e in r.get("events", [])]
-                                                               for r in rs]),
+                "tokens_per_step_interval_95": yield_interval([r["step_yields"] for r in rs]),
                 "speedup_vs_ar": _median(speed), "speedup_vs_ar_runs": speed,
                 "predicted_tokens_per_step": pred_step or s.predicted_tokens_per_step,
                 "predicted_tokens_per_second": pred_speed or s.predicted_tokens_per_second,
@@ -710,6 +724,29 @@ def yield_interval(runs: list[list[int]], block: int = 4, resamples: int = 2000,
         means.append(sum(map(sum, drawn)) / sum(map(len, drawn)))
     means.sort()
     return [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]
+
+
+def observed_costs(runs: list[dict]) -> dict | None:
+    """What the profile times, read off this run's lanes (interleaved, so every size in the same
+    minutes): the target's verify seconds per step by tree size, over t(1) from the plain-decoding
+    lanes, and the draft's seconds per level of the chains (one draft forward per level after the
+    root; the first also catches up on the previous step's accepted tokens) over t(1). On this
+    machine a profile and a benchmark a minute apart can see different speeds (t(1) 77 ms in the
+    profile, 130-140 ms per plain-decoding token in the run), so both are reported."""
+    fast = [r for r in runs if r["method"] != "ar-default-kernels" and r["steps"]]
+    by_size: dict[int, list[float]] = {}
+    for r in fast:
+        if r["method"] in ("ar", "chain", "specinfer", "sequoia", "sequoia-auto"):
+            by_size.setdefault(r["nodes"], []).append((r["verify_seconds"], r["steps"]))
+    if 1 not in by_size:
+        return None
+    t = {n: sum(v for v, _ in xs) / sum(k for _, k in xs) for n, xs in sorted(by_size.items())}
+    chains = [r for r in fast if r["method"] == "chain" and r["depth"] > 1]
+    level = (sum(r["draft_seconds"] for r in chains) / sum(r["steps"] * (r["depth"] - 1) for r in chains)
+             if chains else None)
+    return {"t1_seconds": t[1], "target_over_t1": {str(n): v / t[1] for n, v in t.items()},
+            "draft_level_over_t1": level / t[1] if level is not None else None,
+            "draft_level_seconds": level}
 
 
 def step_yield(event) -> int:

@@ -55,6 +55,17 @@ def format_goals(report: dict) -> str:
     return "\n".join(lines)
 
 
+def format_observed_costs(report: dict) -> str:
+    """One line: the profile's quantities as this run's interleaved lanes saw them."""
+    c = report["machine"].get("observed_costs")
+    if not c:
+        return ""
+    ratios = ", ".join(f"t({n})/t(1) {v:.2f}" for n, v in c["target_over_t1"].items() if n != "1")
+    draft = (f"; a chain's draft level {c['draft_level_over_t1']:.2f} of t(1) ({c['draft_level_seconds'] * 1e3:.1f} ms)"
+             if c.get("draft_level_over_t1") is not None else "")
+    return f"observed in this run (interleaved lanes): t(1) {c['t1_seconds'] * 1e3:.1f} ms; {ratios}{draft}"
+
+
 def format_machine(report: dict) -> str:
     m = report["machine"]
     la = m.get("load_average_1min_during_runs") or {}

@@ -64,22 +64,33 @@ def test_bench_quick_structure(tmp_path):
     # every counted run is in the JSON: methods x prompts x temperatures
     n_methods = len(results) // 2
     assert len(report["runs"]) == n_methods * len(report["prompts"]) * 2
-    # predicted tokens/s use only the step costs of earlier prompts' runs (a prompt's lanes run
-    # interleaved): none for the first prompt (the profile alone), then more after every prompt
-    # (each run's first step pays one-off costs and is not counted; the default-kernel lane runs
-    # on other kernels and is left out)
+    # predicted tokens/s use only the step costs of the warm-up and of earlier prompts' runs (a
+    # prompt's lanes run interleaved): the warm-up's for the first prompt, then more after every
+    # prompt (each run's first step pays one-off costs and is not counted; the default-kernel lane
+    # runs on other kernels and is left out)
     runs = report["runs"]
     groups: dict = {}
     for r in runs:
         groups.setdefault((r["temperature"], r["prompt"]), []).append(r)
-    before, counts = 0, []
-    for group in groups.values():  # in the order they ran
+    counts, before = [], 0
+    for (t, _), group in groups.items():  # in the order they ran
         seen = {r["cost_model_observed_steps"] for r in group if "cost_model_observed_steps" in r}
-        assert len(seen) == 1 and seen.pop() <= before
-        counts.append(group[0]["cost_model_observed_steps"] if "cost_model_observed_steps" in group[0]
-                      else next(r["cost_model_observed_steps"] for r in group if "cost_model_observed_steps" in r))
+        assert len(seen) == 1
+        counts.append(seen.pop())
+        if _ == 0:
+            before += report["warmup"][f"{t:g}"]["observed_steps"]
+        assert counts[-1] <= before
         before += sum(r["steps"] for r in group if r["method"] != "ar-default-kernels")
-    assert counts[0] == 0 and counts == sorted(counts) and len(set(counts)) == len(counts)
+    assert report["warmup"]["0"]["observed_steps"] > 0 and counts[0] == report["warmup"]["0"]["observed_steps"]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts)
+    # the profile's quantities as the interleaved lanes saw them
+    costs = machine["observed_costs"]
+    assert costs["t1_seconds"] > 0 and costs["target_over_t1"]["1"] == 1.0 and costs["draft_level_over_t1"] > 0
+    # a 95 % interval of tokens/step for every lane that ran more than one block of steps
+    for r in results:
+        span = r["tokens_per_step_interval_95"]
+        assert span is None or span[0] <= r["tokens_per_step"] <= span[1], r["label"]
+    assert all(r["tokens_per_step_interval_95"] for r in results if r["method"] == "ar")
     # the hardware-aware lane is planned per prompt: each run carries the tree it ran
     for t in (0.0, 0.7):
         auto = next(r for r in results if r["method"] == "sequoia-auto" and r["temperature"] == t)
