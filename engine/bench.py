@@ -367,15 +367,15 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                         max_new_tokens=config.warmup_tokens,
                         seed=config.seed, ignore_eos=True)
         memory_of = {}  # key -> the warm-up's peak memory (timed runs are interleaved: see DEFINITIONS)
-        before_warmup = costs_seen.steps
+        warm_steps = 0
         if config.warmup_tokens > 0:
             for s in specs:  # excluded from every figure but memory; its step costs calibrate the plans
                 w = run_once(_runs_on(s, pair, baseline_pair), ids[0], s, warm, memory)
                 memory_of[s.key] = {k: w[k] for k in ("peak_memory_bytes", "peak_memory_above_start_bytes")}
                 if prof is not None and s.family != "ar-default-kernels":
                     observed.add_events(costs_seen, prof, w["events"], temperature > 0)
-        warmups[_tkey(temperature)] = {"tokens": config.warmup_tokens,
-                                       "observed_steps": costs_seen.steps - before_warmup}
+                    warm_steps += sum(1 for e in w["events"] if e.step > 1)  # add_events skips first steps
+        warmups[_tkey(temperature)] = {"tokens": config.warmup_tokens, "observed_steps": warm_steps}
         for i, prompt in enumerate(prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=config.max_new_tokens,
@@ -558,6 +558,8 @@ DEFINITIONS = {
     "observed_costs": "machine.observed_costs: t(n)/t(1) and the draft's seconds per level over t(1) read off this "
                       "run's interleaved lanes (verify seconds per step by tree size; chains' draft seconds per "
                       "level), beside the device profile's",
+    "warmup": "per temperature: the warm-up's tokens per method and how many of its steps fed the cost model "
+              "(each run's first step is left out), so that the first prompt is planned from observed costs too",
     "tokens_per_step_interval_95": "a 95 % interval of tokens_per_step: block bootstrap over the runs' steps "
                                    "(blocks of 4 consecutive steps of one run, 2000 resamples)",
     "speedup_vs_ar": "median over prompts of tokens/s divided by autoregressive tokens/s on the same prompt, same run",
