@@ -384,9 +384,9 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             acceptance_info[_tkey(temperature)].setdefault("per_prompt", {})[str(i)] = {
                 "domain": domain or "pooled", "note": why.lstrip("; ") or "pooled vector (no code/prose vectors)",
                 "positions": (own or vec).positions}
-            # every lane of the prompt is planned and predicted from the step costs of the earlier
-            # prompts' runs (the app plans a request from what it observed before it), then all
-            # lanes run interleaved step by step (run_together)
+            # every lane of the prompt is planned and predicted from the step costs of the warm-up
+            # and the earlier prompts' runs (the app plans a request from what it observed before
+            # it), then all lanes run interleaved step by step (run_together)
             costs = observed.corrected(prof, costs_seen, temperature > 0) if prof is not None else None
             behind = costs_seen.steps
             shift = i % len(specs)
