@@ -293,10 +293,11 @@ def lane_result(pair: ModelPair, lane: Lane) -> dict:
     verify = sum(e.verify_seconds for e in events)
     decode = max(lane.wall - last.prefill_seconds, 1e-12)
     steps = [e for e in events if e.nodes]
-    step_tokens = sum(step_yield(e) for e in steps)
+    yields = [step_yield(e) for e in steps]
+    step_tokens = sum(yields)
     return {"tokens": last.total_tokens, "steps": last.total_steps, "seconds": decode,
             "step_tokens": step_tokens, "truncated_tokens": step_tokens - sum(len(e.new_token_ids) for e in steps),
-            "step_yields": [step_yield(e) for e in steps],
+            "step_yields": yields,
             "evidence": learning.events_evidence(steps), "events": steps,
             "prefill_seconds": last.prefill_seconds, "draft_seconds": draft, "verify_seconds": verify,
             "other_seconds": max(decode - draft - verify, 0.0),
@@ -736,10 +737,9 @@ def observed_costs(runs: list[dict]) -> dict | None:
     machine a profile and a benchmark a minute apart can see different speeds (t(1) 77 ms in the
     profile, 130-140 ms per plain-decoding token in the run), so both are reported."""
     fast = [r for r in runs if r["method"] != "ar-default-kernels" and r["steps"]]
-    by_size: dict[int, list[float]] = {}
+    by_size: dict[int, list[tuple[float, int]]] = {}
     for r in fast:
-        if r["method"] in ("ar", "chain", "specinfer", "sequoia", "sequoia-auto"):
-            by_size.setdefault(r["nodes"], []).append((r["verify_seconds"], r["steps"]))
+        by_size.setdefault(r["nodes"], []).append((r["verify_seconds"], r["steps"]))
     if 1 not in by_size:
         return None
     t = {n: sum(v for v, _ in xs) / sum(k for _, k in xs) for n, xs in sorted(by_size.items())}

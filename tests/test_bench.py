@@ -73,11 +73,11 @@ def test_bench_quick_structure(tmp_path):
     for r in runs:
         groups.setdefault((r["temperature"], r["prompt"]), []).append(r)
     counts, before = [], 0
-    for (t, _), group in groups.items():  # in the order they ran
+    for (t, prompt), group in groups.items():  # in the order they ran
         seen = {r["cost_model_observed_steps"] for r in group if "cost_model_observed_steps" in r}
         assert len(seen) == 1
         counts.append(seen.pop())
-        if _ == 0:
+        if prompt == 0:
             before += report["warmup"][f"{t:g}"]["observed_steps"]
         assert counts[-1] <= before
         before += sum(r["steps"] for r in group if r["method"] != "ar-default-kernels")

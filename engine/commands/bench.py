@@ -188,8 +188,9 @@ def run(args) -> int:
     print(f"{report['pair']['draft']} -> {report['pair']['target']}; {len(prompts)} prompts, "
           f"{config.max_new_tokens} new tokens each; {bench_report.format_machine(report)}")
     print(bench_report.format_table(report))
-    if bench_report.format_observed_costs(report):
-        print(bench_report.format_observed_costs(report))
+    costs_line = bench_report.format_observed_costs(report)
+    if costs_line:
+        print(costs_line)
     print()
     print(bench_report.format_goals(report))
     if report.get("learning_check"):
