@@ -16,7 +16,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
     p.add_argument("--cpu-kernels", choices=["fast", "default"], default="fast",
                    help="on a CPU: fast = linears packed once (target float16 weights with float32 maths, "
-                        "row-independent; draft int8); default = PyTorch's float32 path")
+                        "row-independent; draft 4-bit or int8); default = PyTorch's float32 path")
+    p.add_argument("--draft-weights", choices=["auto", "nf4", "int8"], default="auto",
+                   help="fast kernels: the draft's weights; auto = nf4 (bitsandbytes, CPUs with AVX512-BF16) "
+                        "where it runs, else int8")
     g = p.add_argument_group("big targets (accelerate device maps)")
     g.add_argument("--target-device-map", default=None,
                    help="device map for the target: auto, balanced, balanced_low_0, sequential or a JSON file "
@@ -43,15 +46,18 @@ def build(args: argparse.Namespace, worker=None):
     from app import create_app, ui
     placement = {k: getattr(args, k) for k in PLACEMENT if getattr(args, k)}
     kernels = getattr(args, "cpu_kernels", "fast")
+    weights = getattr(args, "draft_weights", "auto")
     if not placement:
-        return create_app(args.draft, args.target, args.device, args.dtype, worker=worker, cpu_kernels=kernels)
+        return create_app(args.draft, args.target, args.device, args.dtype, worker=worker, cpu_kernels=kernels,
+                          draft_weights=weights)
     from app.state import AppContext, Sessions, load_prompts
     from engine.worker import Worker
     worker = worker or Worker()
     ctx = AppContext(worker=worker, sessions=Sessions(), prompts=load_prompts()).for_device(args.device)
-    worker.load(args.draft, args.target, args.device, args.dtype, cpu_kernels=kernels, **placement)
+    worker.load(args.draft, args.target, args.device, args.dtype, cpu_kernels=kernels, draft_weights=weights,
+                **placement)
     defaults = {"draft": args.draft, "target": args.target, "device": args.device, "dtype": args.dtype,
-                "cpu_kernels": kernels, **placement}
+                "cpu_kernels": kernels, "draft_weights": weights, **placement}
     return ui.build(ctx, defaults), ctx
 
 

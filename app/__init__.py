@@ -15,7 +15,8 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 
 def create_app(draft: str = "default", target: str = "default", device: str | None = None,
-               dtype: str | None = None, worker=None, load: bool = True, cpu_kernels: str = "fast"):
+               dtype: str | None = None, worker=None, load: bool = True, cpu_kernels: str = "fast",
+               draft_weights: str = "auto"):
     """Build the page around a worker (a new one unless given) and start loading the pair.
     Returns (gr.Blocks, AppContext); the page is usable while the pair loads."""
     from app import ui
@@ -23,9 +24,9 @@ def create_app(draft: str = "default", target: str = "default", device: str | No
     worker = worker or Worker()
     ctx = AppContext(worker=worker, sessions=Sessions(), prompts=load_prompts()).for_device(device)
     if load:
-        worker.load(draft, target, device, dtype, cpu_kernels=cpu_kernels)
+        worker.load(draft, target, device, dtype, cpu_kernels=cpu_kernels, draft_weights=draft_weights)
     demo = ui.build(ctx, {"draft": draft, "target": target, "device": device, "dtype": dtype,
-                          "cpu_kernels": cpu_kernels})
+                          "cpu_kernels": cpu_kernels, "draft_weights": draft_weights})
     ctx.sessions.blocks = demo
     return demo, ctx
 

@@ -182,8 +182,12 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                              elem_id="sq-device")
         dtype = gr.Dropdown(DTYPES, value=defaults.get("dtype") or "auto", label="Dtype", elem_id="sq-dtype")
         kernels = gr.Radio(["fast", "default"], value=defaults.get("cpu_kernels") or "fast", label="CPU kernels",
-                           info="fast: linears packed once (target float16 weights, float32 maths; draft int8)",
+                           info="fast: linears packed once (target float16 weights, float32 maths; draft 4-bit or int8)",
                            elem_id="sq-cpu-kernels")
+        draft_weights = gr.Radio(["auto", "nf4", "int8"], value=defaults.get("draft_weights") or "auto",
+                                 label="Draft weights (fast kernels)",
+                                 info="auto: 4-bit NF4 where this CPU runs its kernel (AVX512-BF16), else int8; "
+                                      "exactness does not depend on it", elem_id="sq-draft-weights")
     trusted = {k: defaults.get(k) for k in ("target_device_map", "draft_device_map", "offload_folder")}
 
     def map_choices(key):
@@ -237,7 +241,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
 
     # ------------------------------------------------------------ handlers
     def load_models(draft_v, target_v, device_v, dtype_v, target_map_v=NO_MAP, draft_map_v=NO_MAP,
-                    max_memory_v="", offload_v="", kernels_v="fast"):
+                    max_memory_v="", offload_v="", kernels_v="fast", draft_weights_v="auto"):
         draft_v, target_v = (draft_v or "").strip(), (target_v or "").strip()
         try:
             if not draft_v or not target_v:
@@ -252,7 +256,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                     placement["target_device_map"] or placement["draft_device_map"]):
                 raise UserError("max memory and an offload folder need a device map (e.g. target device map: auto)")
             job = ctx.worker.load(draft_v, target_v, device_v or None, dtype_v or None,
-                                  cpu_kernels=kernels_v or "fast", **placement)
+                                  cpu_kernels=kernels_v or "fast", draft_weights=draft_weights_v or "auto",
+                                  **placement)
         except UserError as exc:
             yield {status: f"✗ {exc}"}
             raise gr.Error(str(exc)) from None
@@ -350,7 +355,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     use_recommended.click(take_recommended, None, [recommended_status, *controls], api_name="use_recommended_sampling",
                           show_progress="hidden", **LIGHT)
 
-    load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels]
+    load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels, draft_weights]
     # the pair's dict stays the last output (scripts read loaded[-1])
     load_event = load.click(load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
                                                        report_json, check_status, pair_json],

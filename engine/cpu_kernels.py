@@ -10,9 +10,11 @@ reading the weights. `fast` packs every linear once, at load time, keeping one c
   embedded pair); other layers get oneDNN's pre-packed float32 weights. Both keep a row's output
   independent of the other rows of the call (tests/test_cpu_kernels.py), which is what makes the
   tree forward score each token exactly as the autoregressive forward does (ALGORITHM.md §7).
-- draft: int8 weights with dynamically quantised activations (fbgemm). Rows then depend on each
-  other through the per-call activation scale; that is allowed for the draft, whose q is used
-  exactly as computed (ALGORITHM.md §7), but never for the target.
+- draft (`draft_weights`): 4-bit NF4 weights with bfloat16 activations where bitsandbytes' CPU
+  kernel runs (AVX512-BF16; engine/nf4.py): half the int8 draft's bytes, and the draft is bound
+  by the bytes it reads; else int8 weights with dynamically quantised activations (fbgemm), whose
+  rows depend on each other through the per-call activation scale. Either is allowed for the
+  draft, whose q is used exactly as computed (ALGORITHM.md §7), never for the target.
 - embeddings: float16 storage when exact, looked up and widened to float32.
 
 `default` leaves the models as loaded."""
@@ -28,8 +30,11 @@ from pathlib import Path
 
 import torch
 
+from engine import nf4
+from engine.errors import UserError
 
 KERNEL_CHOICES = ("fast", "default")
+DRAFT_WEIGHTS = ("auto", "nf4", "int8")  # auto: nf4 where its kernel runs, else int8
 FREQUENT_TOKENS = Path(__file__).resolve().parents[1] / "assets" / "measured" / "frequent-tokens"
 # Default K of the pruned draft head; 0 = the full head. Measured on the embedded pair
 # (bench/draft_head.py, README "Fast CPU path"): K = 32768 covers 96.3 % of the target's greedy
@@ -176,9 +181,29 @@ def couples_rows(report: dict) -> bool:
 
 
 def couples_rows_when_packed(role: str) -> bool:
-    """pack() gives the draft int8 linears, whose per-call activation scale couples the rows of a
-    call; the target's kernels keep every row independent."""
+    """pack() may give the draft int8 linears, whose per-call activation scale couples the rows of
+    a call (its NF4 kernel does not: tests/test_cpu_kernels.py); the target's never do."""
     return role == "draft"
+
+
+def resolve_draft_weights(value: str | None) -> str:
+    """'auto' (or None) -> 'nf4' where bitsandbytes' NF4 kernel runs on this CPU, else 'int8'."""
+    value = value or "auto"
+    if value not in DRAFT_WEIGHTS:
+        raise UserError(f"unknown draft weights '{value}' (use {', '.join(DRAFT_WEIGHTS)})")
+    if value == "auto":
+        return "nf4" if nf4.available() else "int8"
+    if value == "nf4" and not nf4.available():
+        raise UserError("NF4 draft weights need bitsandbytes and a CPU with AVX512-BF16; this machine has "
+                        "no such kernel (use --draft-weights int8 or auto)")
+    return value
+
+
+def draft_weights_of(report: dict) -> str | None:
+    """'nf4' or 'int8' for a packed draft's report (by the kind most of its linears got), else None."""
+    linears = report.get("linears", {}) if report.get("role") == "draft" else {}
+    kinds = [k for k in ("nf4", "int8") if linears.get(k)]
+    return max(kinds, key=lambda k: linears[k]) if kinds else None
 
 
 def _replace(model: torch.nn.Module, name: str, module: torch.nn.Module) -> None:
@@ -210,9 +235,21 @@ def release_freed_memory() -> None:
         pass
 
 
-def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | None = None) -> KernelReport:
+def _kind(linear: torch.nn.Linear, role: str, draft_weights: str) -> str:
+    if role == "draft":
+        return "nf4" if draft_weights == "nf4" and nf4.fits(linear) else "int8"
+    return "fp16" if _fp16_exact(linear.weight) else "onednn"
+
+
+def _packed(linear: torch.nn.Linear, kind: str) -> torch.nn.Module:
+    return nf4.Nf4Linear(linear) if kind == "nf4" else PackedLinear(linear, kind)
+
+
+def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | None = None,
+         draft_weights: str = "int8") -> KernelReport:
     """Pack `model`'s linears for the CPU (role 'target' or 'draft'), in place; the rest of the
-    model runs in float32. head_ids (draft only): prune the output head to these ids (FR-Spec)."""
+    model runs in float32. head_ids (draft only): prune the output head to these ids (FR-Spec).
+    draft_weights (draft only, resolved): 'nf4' (linears whose shape the kernel takes) or 'int8'."""
     report = KernelReport(role, "fast", {})
     if head_ids is not None and role == "draft":
         head = model.get_output_embeddings()
@@ -225,12 +262,12 @@ def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | No
             report.head = f"{len(pruned.keep)} of {head.out_features} tokens ({Path(source).name})"
             report.head_tokens = len(pruned.keep)
     linears = [(n, m) for n, m in model.named_modules() if type(m) is torch.nn.Linear]
-    kinds = ["int8" if couples_rows_when_packed(role) else ("fp16" if _fp16_exact(m.weight) else "onednn") for _, m in linears]
+    kinds = [_kind(m, role, draft_weights) for _, m in linears]
     # fbgemm's packing runs on one thread (12 s of the target's load here): pack several at once,
     # largest first, so the output head (4.5 s alone for the target's) does not start last
     largest_first = sorted(range(len(linears)), key=lambda i: -linears[i][1].weight.numel())
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
-        done = dict(zip(largest_first, pool.map(PackedLinear, [linears[i][1] for i in largest_first],
+        done = dict(zip(largest_first, pool.map(_packed, [linears[i][1] for i in largest_first],
                                                 [kinds[i] for i in largest_first])))
     packs = [done[i] for i in range(len(linears))]
     for (name, linear), kind, packed in zip(linears, kinds, packs):

@@ -162,7 +162,7 @@ def _load_tokenizer(source: str):
 
 def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement: dict | None = None,
                 role: str = "target", kernels: str = "default", name: str = "",
-                head_ids=None) -> tuple[torch.nn.Module, dict]:
+                head_ids=None, draft_weights: str = "int8") -> tuple[torch.nn.Module, dict]:
     """placement: accelerate's device_map / max_memory / offload_folder, or None for one device.
     kernels 'fast' on a CPU packs the linears (engine/cpu_kernels.py). Returns (model, what was done)."""
     if not placement:
@@ -174,7 +174,7 @@ def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement
             stored = cpu_kernels_mod.stored_dtype(source)
             model = _from_pretrained(AutoModelForCausalLM, source, dtype=stored or dtype).eval()
             probe = probe_tree_mask(model, name) if cpu_kernels_mod.couples_rows_when_packed(role) else None
-            report = cpu_kernels_mod.pack(model, role, head_ids).to_dict()
+            report = cpu_kernels_mod.pack(model, role, head_ids, draft_weights).to_dict()
             return model, {**report, "probe": probe or probe_tree_mask(model, name)}
         model = _from_pretrained(AutoModelForCausalLM, source, dtype=dtype).to(device).eval()
         return model, {"role": role, "mode": "default"}
@@ -357,11 +357,12 @@ def probe_tree_mask(model, name: str) -> dict:
 def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = None,
               dtype: str | None = None, progress=None, target_device_map=None, draft_device_map=None,
               max_memory=None, offload_folder=None, cpu_kernels: str | None = None,
-              draft_head_tokens: int | None = None) -> ModelPair:
+              draft_head_tokens: int | None = None, draft_weights: str | None = None) -> ModelPair:
     """Load and check a pair. `progress(stage, fraction, message)` is called between stages.
     cpu_kernels: 'fast' (the default on a CPU) or 'default' (engine/cpu_kernels.py).
     draft_head_tokens: with fast kernels, the draft's head scores only this many most frequent
     tokens (FR-Spec; None = the shipped default, 0 = the full head; needs a shipped frequency table).
+    draft_weights: with fast kernels, 'auto' (None), 'nf4' or 'int8' (engine/cpu_kernels.py).
 
     With a device map (accelerate), the target - and the draft if it has its own map - is
     spread over GPUs, CPU and disk; `device` then only says where the draft goes otherwise."""
@@ -374,6 +375,10 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     kernels = resolve_kernels(cpu_kernels)
+    if draft_weights not in (None, *cpu_kernels_mod.DRAFT_WEIGHTS):
+        cpu_kernels_mod.resolve_draft_weights(draft_weights)  # the message names the choices
+    weights = (cpu_kernels_mod.resolve_draft_weights(draft_weights)
+               if cpu_kernels_mod.applies(kernels, dev, dt) else "int8")
     target_place = placement(target_device_map, max_memory, offload_folder)
     draft_place = (placement(draft_device_map, max_memory, offload_folder and str(Path(offload_folder) / "draft"))
                    if draft_device_map else None)
@@ -388,7 +393,7 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
         if head_tokens and tokenizer is None:
             tokenizer = _load_tokenizer(source)
         head_ids = cpu_kernels_mod.frequent_ids(tokenizer, head_tokens) if head_tokens else None
-        return _load_model(source, dev, dt, draft_place, "draft", kernels, draft, head_ids)
+        return _load_model(source, dev, dt, draft_place, "draft", kernels, draft, head_ids, weights)
 
     # the embedded draft converts in about half the target's time: it loads on a second thread
     # while the target is still being converted (a first start's cores are otherwise half idle then)

@@ -19,6 +19,7 @@ import torch
 from transformers import DynamicCache
 
 from engine import attention, methods
+from engine import cpu_kernels as cpu_kernels_mod
 from engine.decoding import generate
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt
@@ -70,6 +71,8 @@ def draft_kernels(pair: ModelPair) -> str:
     """How the draft computes: its numerics and a pruned head change acceptance, never exactness."""
     report = getattr(pair, "cpu_kernels", {}).get("draft", {})
     mode = report.get("mode", "default")
+    if cpu_kernels_mod.draft_weights_of(report) == "nf4":  # int8 drafts keep the key they always had
+        mode += "+nf4"
     return f"{mode}+head{report['head_tokens']}" if report.get("head_tokens") else mode
 
 
@@ -483,6 +486,7 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     machine = machine_description(pair.device)
     machine.update({k: v for k, v in pair.describe().items() if k.endswith("device_map") and v})
     machine["cpu_kernels"] = pair.cpu_kernels_mode
+    machine["draft_weights"] = cpu_kernels_mod.draft_weights_of(pair.cpu_kernels.get("draft", {}))
     if before_target_forward is drop_page_cache:
         machine["page_cache"] = "dropped before each timed target forward"
     worst = max([*spreads["target"].values(), *spreads["draft"].values()], default=0.0)
@@ -527,7 +531,11 @@ def profile_key(pair: ModelPair) -> str:
     placement = pair.describe()
     parts = ["profile", pair.draft_name, pair.target_name, str(pair.device), str(pair.dtype),
              placement["target_device_map"], placement["draft_device_map"]]
-    return _key(*parts, "fast") if pair.cpu_kernels_mode == "fast" else _key(*parts)
+    if pair.cpu_kernels_mode != "fast":
+        return _key(*parts)
+    # an NF4 draft runs at another speed; int8 drafts keep the key they always had
+    weights = cpu_kernels_mod.draft_weights_of(pair.cpu_kernels.get("draft", {}))
+    return _key(*parts, "fast+nf4") if weights == "nf4" else _key(*parts, "fast")
 
 
 def cached_profile(pair: ModelPair) -> DeviceProfile | None:

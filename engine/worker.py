@@ -266,11 +266,12 @@ class Worker:
     # ---- the jobs the app uses
     def load(self, draft: str = "default", target: str = "default", device: str | None = None,
              dtype: str | None = None, *, target_device_map=None, draft_device_map=None, max_memory=None,
-             offload_folder=None, cpu_kernels: str | None = None) -> Job:
+             offload_folder=None, cpu_kernels: str | None = None, draft_weights: str | None = None) -> Job:
         """Load a pair (see engine.models.load_pair for the device-map and CPU-kernel arguments).
         Result: describe()."""
         placement = {"target_device_map": target_device_map, "draft_device_map": draft_device_map,
-                     "max_memory": max_memory, "offload_folder": offload_folder, "cpu_kernels": cpu_kernels}
+                     "max_memory": max_memory, "offload_folder": offload_folder, "cpu_kernels": cpu_kernels,
+                     "draft_weights": draft_weights}
         return self.submit("load models", jobs.load_job, draft, target, device, dtype,
                            **{k: v for k, v in placement.items() if v})
 

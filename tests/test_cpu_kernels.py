@@ -176,3 +176,112 @@ def test_pruned_head_keeps_decoding_exact(tmp_path, monkeypatch):
     settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=11)
     samples = two_token_samples(pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES)
     assert chi_square_pvalue(samples, exact_two_token_distribution(pair, ids, 1.0, 1.0)) > 1e-3
+
+
+# ------------------------------------------------------------------ the NF4 draft (engine/nf4.py)
+from engine import nf4  # noqa: E402
+from engine.errors import UserError  # noqa: E402
+
+needs_nf4 = pytest.mark.skipif(not nf4.available(), reason="no bitsandbytes NF4 kernel on this CPU (AVX512-BF16)")
+
+
+@needs_nf4
+def test_nf4_linear_approximates_the_layer_and_keeps_rows_independent():
+    linear = _linear(in_features=128, out_features=96, fp16_weights=False)
+    packed = nf4.Nf4Linear(linear)
+    assert packed.packed_bytes < linear.weight.numel()  # under a byte per weight: half of int8
+    for m in ROWS:
+        x = torch.randn(m, 128)
+        with torch.inference_mode():
+            together = packed(x)
+            alone = torch.cat([packed(x[i:i + 1]) for i in range(m)])
+            plain = torch.nn.functional.linear(x, linear.weight, linear.bias)
+        assert torch.equal(together, alone), m
+        assert float((together - plain).norm() / plain.norm()) < 0.15, m  # 4-bit weights: close, not equal
+    # the direct call into bitsandbytes' library is what its registered op computes
+    x = torch.randn(5, 128).to(torch.bfloat16)
+    op = torch.ops.bitsandbytes.gemv_4bit(x, packed.packed, [96, 128], packed.absmax, packed.code, nf4.BLOCK)
+    assert torch.equal(packed.forward_bf16(x), op)
+
+
+def _nf4_pair(weights="nf4"):
+    draft, target = tiny_pair_dirs("llama64", DIST_CHARS, 0.15, 0, "float16")
+    return load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="fast",
+                     draft_weights=weights)
+
+
+@needs_nf4
+def test_nf4_draft_keeps_decoding_exact_greedy_and_sampled():
+    pair = _nf4_pair()
+    draft = pair.cpu_kernels["draft"]
+    # every linear the kernel takes is NF4; the head (out = vocabulary, not a multiple of 32) is int8
+    assert draft["linears"]["nf4"] == 14 and draft["linears"]["int8"] == 1, draft["linears"]
+    assert cpu_kernels.draft_weights_of(draft) == "nf4" and set(pair.cpu_kernels["target"]["linears"]) == {"fp16"}
+    ids = encode_prompt(pair, "abcab", chat=False)
+    ref = pair.target.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False, eos_token_id=None,
+                               pad_token_id=0)[0, len(ids):].tolist()
+    settings = Settings(max_new_tokens=24, ignore_eos=True)
+    accepted = 0
+    for method in (methods.chain(4), methods.specinfer(3, 3), methods.sequoia(Tree.from_branching([3, 2, 1, 0, 1]))):
+        out, events = generate_ids(pair, ids, method, settings)
+        assert out == ref, method.label
+        accepted += sum(len(e.accepted_path) - 1 for e in events)
+    assert accepted > 0  # the NF4 draft's proposals were accepted: it really drafted
+    from tests.test_exactness import (DIST_METHODS, SAMPLES, chi_square_pvalue, exact_two_token_distribution,
+                                      two_token_samples)
+    settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=5)
+    samples = two_token_samples(pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES)
+    assert chi_square_pvalue(samples, exact_two_token_distribution(pair, ids, 1.0, 1.0)) > 1e-3
+
+
+def test_draft_weights_resolve_to_what_this_cpu_runs(monkeypatch):
+    monkeypatch.setattr(nf4, "available", lambda: False)
+    assert cpu_kernels.resolve_draft_weights("auto") == "int8" and cpu_kernels.resolve_draft_weights(None) == "int8"
+    with pytest.raises(UserError, match="AVX512-BF16"):
+        cpu_kernels.resolve_draft_weights("nf4")
+    with pytest.raises(UserError, match="auto, nf4, int8"):
+        cpu_kernels.resolve_draft_weights("int4")
+    monkeypatch.setattr(nf4, "available", lambda: True)
+    assert cpu_kernels.resolve_draft_weights("auto") == "nf4" and cpu_kernels.resolve_draft_weights("int8") == "int8"
+    assert cpu_kernels.draft_weights_of({"role": "draft", "linears": {"nf4": 14, "int8": 1}}) == "nf4"
+    assert cpu_kernels.draft_weights_of({"role": "draft", "linears": {"int8": 15}}) == "int8"
+    assert cpu_kernels.draft_weights_of({"role": "target", "linears": {"fp16": 15}}) is None
+
+
+def test_a_bad_draft_weights_value_is_refused_before_anything_loads():
+    draft, target = tiny_pair_dirs("llama")
+    with pytest.raises(UserError, match="unknown draft weights"):
+        load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="default", draft_weights="int3")
+
+
+def test_int8_draft_weights_on_request_and_in_keys():
+    """--draft-weights int8 gives the int8 draft even where NF4 runs; the acceptance and profile
+    keys tell an NF4 draft from an int8 one (they accept and cost differently)."""
+    from engine import profiler
+    int8 = _nf4_pair("int8")
+    assert set(int8.cpu_kernels["draft"]["linears"]) == {"int8"}
+    assert profiler.draft_kernels(int8) == "fast"
+    if nf4.available():
+        pair = _nf4_pair("nf4")
+        assert profiler.draft_kernels(pair) == "fast+nf4"
+        assert profiler.profile_key(pair) != profiler.profile_key(int8)
+        assert profiler.acceptance_key(pair, "sequoia", 0.7, 1.0, 16) != profiler.acceptance_key(int8, "sequoia", 0.7,
+                                                                                                  1.0, 16)
+
+
+def test_cli_and_app_take_draft_weights(capsys):
+    import importlib.util
+    from pathlib import Path
+    from engine.cli import build_parser
+    assert build_parser().parse_args(["generate", "--prompt", "x"]).draft_weights == "auto"
+    assert build_parser().parse_args(["bench", "--draft-weights", "int8"]).draft_weights == "int8"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generate", "--prompt", "x", "--draft-weights", "int4"])
+    spec = importlib.util.spec_from_file_location("app_script", Path(__file__).resolve().parents[1] / "app.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.parse_args([]).draft_weights == "auto"
+    assert script.parse_args(["--draft-weights", "int8"]).draft_weights == "int8"
+    with pytest.raises(SystemExit):
+        script.parse_args(["--draft-weights", "fp4"])
+    capsys.readouterr()

@@ -31,6 +31,9 @@ FAMILIES = {
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
     "qwen2": dict(model_type="qwen2", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
+    # widths the NF4 draft kernel takes (in features by 64, out by 32): engine/nf4.py
+    "llama64": dict(model_type="llama", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),
     "gpt2": dict(model_type="gpt2", n_embd=48, n_layer=2, n_head=4, n_positions=256),
     "phi3": dict(model_type="phi3", hidden_size=48, intermediate_size=96, num_hidden_layers=2,
                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256),

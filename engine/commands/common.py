@@ -29,7 +29,11 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
 def add_kernel_arg(group) -> None:
     group.add_argument("--cpu-kernels", choices=["fast", "default"], default="fast",
                        help="on a CPU: fast = linears packed once (target float16 weights with float32 maths, "
-                            "row-independent; draft int8), default = PyTorch's float32 path (engine/cpu_kernels.py)")
+                            "row-independent; draft 4-bit or int8), default = PyTorch's float32 path "
+                            "(engine/cpu_kernels.py)")
+    group.add_argument("--draft-weights", choices=["auto", "nf4", "int8"], default="auto",
+                       help="fast kernels: the draft's weights; auto = nf4 (bitsandbytes, on CPUs with "
+                            "AVX512-BF16) where it runs, else int8. Exactness does not depend on it")
     group.add_argument("--draft-head-tokens", type=int, default=None, metavar="K",
                        help="fast kernels: the draft's output head scores only the K most frequent tokens "
                             "(FR-Spec; exact, q = 0 elsewhere); 0 = full head; default: the shipped K")
@@ -58,7 +62,8 @@ def pair_from_args(args):
                      target_device_map=args.target_device_map, draft_device_map=args.draft_device_map,
                      max_memory=args.max_memory, offload_folder=args.offload_folder,
                      cpu_kernels=getattr(args, "cpu_kernels", None),
-                     draft_head_tokens=getattr(args, "draft_head_tokens", None))
+                     draft_head_tokens=getattr(args, "draft_head_tokens", None),
+                     draft_weights=getattr(args, "draft_weights", None))
 
 
 def read_prompts(path: str | None) -> list[str]:
