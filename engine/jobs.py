@@ -127,7 +127,13 @@ def _record_costs(pair, events, settings: Settings) -> None:
 
 def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, learn: bool = True):
     """Lanes keep their planned trees (a fair race); with `learn` the plans start from the learned
-    vector and every lane whose steps are evidence stores them (engine/learning.py)."""
+    vector and every lane whose steps are evidence stores them (engine/learning.py).
+
+    The lanes' step costs are not recorded as observed costs (engine/observed.py): a browser
+    drawing the race on the same cores lands on whichever lane steps while the page updates, so
+    lanes of different tree sizes get unevenly inflated seconds (one Race measured the same tree
+    at 8.0 and 6.6 tok/s in two lanes), which would bend the t(n) curve later plans read. Which
+    tokens were accepted does not depend on timing, so learning keeps every lane's evidence."""
     from engine.decoding import Decoder
     from engine.interleave import Lane, run_together
     from engine.models import encode_prompt
@@ -157,7 +163,6 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
         events = run.events
         if not events:
             continue
-        _record_costs(pair, events, settings)
         learner = learner_for(pair, result, settings) if learn else None
         if learner is not None:
             for event in events:

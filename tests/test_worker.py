@@ -257,3 +257,17 @@ def test_race_lanes_step_in_turn_and_match_their_own_runs(worker):
     assert summaries["chain"]["token_ids"] == summaries["autoregressive"]["token_ids"]
     alone = steps(worker.generate("hello world", MethodSpec("chain", depth=4), settings, learn=False))
     assert alone[-1].token_ids == summaries["chain"]["token_ids"]
+
+
+def test_race_step_costs_stay_out_of_the_observed_costs_but_a_live_run_records_its_own(worker):
+    """A Race's lanes are slowed unevenly by a page drawing on the same cores: their seconds must
+    not bend the cost curve later plans read. A Live run's seconds are recorded."""
+    from engine import observed, profiler
+    key = profiler.profile_key(worker._pair)
+    before = observed.load(key).steps
+    settings = Settings(max_new_tokens=16, ignore_eos=True)
+    specs = [("autoregressive", MethodSpec("ar")), ("chain", MethodSpec("chain", depth=3))]
+    list(worker.race("hello world", specs, settings, learn=False).stream(timeout=120))
+    assert observed.load(key).steps == before
+    steps(worker.generate("hello world", MethodSpec("chain", depth=3), settings, learn=False))
+    assert observed.load(key).steps > before
