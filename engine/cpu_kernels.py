@@ -251,6 +251,8 @@ def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | No
     model runs in float32. head_ids (draft only): prune the output head to these ids (FR-Spec).
     draft_weights (draft only, resolved): 'nf4' (linears whose shape the kernel takes) or 'int8'."""
     report = KernelReport(role, "fast", {})
+    # a head tied to the input embedding shares its weight: count those parameters once (there)
+    embedding_weight = getattr(model.get_input_embeddings(), "weight", None)
     if head_ids is not None and role == "draft":
         head = model.get_output_embeddings()
         keep, source = head_ids
@@ -258,7 +260,7 @@ def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | No
             pruned = PrunedHead(head, torch.tensor([i for i in keep if i < head.out_features]))
             model.set_output_embeddings(pruned)
             report.packed_bytes += pruned.packed_bytes
-            report.packed_parameters += head.weight.numel()
+            report.packed_parameters += 0 if head.weight is embedding_weight else head.weight.numel()
             report.head = f"{len(pruned.keep)} of {head.out_features} tokens ({Path(source).name})"
             report.head_tokens = len(pruned.keep)
     linears = [(n, m) for n, m in model.named_modules() if type(m) is torch.nn.Linear]
@@ -274,7 +276,8 @@ def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | No
         _replace(model, name, packed)
         report.linears[kind] = report.linears.get(kind, 0) + 1
         report.packed_bytes += packed.packed_bytes
-        report.packed_parameters += linear.weight.numel() + (0 if linear.bias is None else linear.bias.numel())
+        report.packed_parameters += ((0 if linear.weight is embedding_weight else linear.weight.numel())
+                                     + (0 if linear.bias is None else linear.bias.numel()))
     embedding = model.get_input_embeddings()
     half = type(embedding) is torch.nn.Embedding and _fp16_exact(embedding.weight)
     with torch.no_grad():  # norms, biases, rotary tables...: float32 like the activations

@@ -285,3 +285,15 @@ def test_cli_and_app_take_draft_weights(capsys):
     with pytest.raises(SystemExit):
         script.parse_args(["--draft-weights", "fp4"])
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_a_head_tied_to_the_embedding_is_counted_once(role):
+    """Qwen2.5's head shares the input embedding's weight: the parameter count after packing is
+    the model's own (630 M was reported for the 494 M embedded draft before)."""
+    from tests.tiny import make_model
+    model = make_model("llama", 64, 0, tie_word_embeddings=True).half()
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    before = sum(p.numel() for p in model.parameters())  # parameters() lists a shared tensor once
+    report = cpu_kernels.pack(model, role)
+    assert report.packed_parameters + sum(p.numel() for p in model.parameters()) == before, report
