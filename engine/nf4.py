@@ -69,6 +69,8 @@ class Nf4Linear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
+        if _library() is None:
+            raise RuntimeError("bitsandbytes' NF4 CPU kernel is not available on this machine (see available())")
         F, self._lib = _library()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().to(torch.bfloat16)
