@@ -259,10 +259,12 @@ def _load_and_save(gguf_path: Path, out_dir: Path, progress: Progress) -> None:
 
     name = gguf_path.name
     progress("convert", 0.0, f"converting {name} to float16 safetensors (under a minute)")
+    from engine.models import MODEL_BUILD_LOCK
     # dequantize=True: plain dense weights, never GGUF blocks that cannot be saved as safetensors
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf_path.parent, gguf_file=name, dtype=torch.float16,
-        quantization_config=GgufConfig(dequantize=True))
+    with MODEL_BUILD_LOCK:  # another thread may be loading the draft (see engine/models.py)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent, gguf_file=name, dtype=torch.float16,
+            quantization_config=GgufConfig(dequantize=True))
     odd = [n for n, p in model.named_parameters() if p.dtype != torch.float16]
     if odd:
         raise RuntimeError(f"{name}: weights not de-quantised to float16: {odd[:3]}")

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,17 +144,25 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
+# transformers' from_pretrained sets torch's process-wide default dtype while it builds a model
+# and then restores the one it found. Two builds at once (the embedded draft loads on a second
+# thread while the target converts) interleave those two steps and can leave float16 as the
+# default for the whole process. So models are built one at a time; packing runs outside.
+MODEL_BUILD_LOCK = threading.Lock()
+
+
 def _from_pretrained(loader, source: str, **kwargs):
     """Local folder or local HF cache first; the hub only when it can be reached."""
-    try:
-        return loader.from_pretrained(source, local_files_only=True, **kwargs)
-    except (OSError, ValueError) as exc:
-        if Path(source).exists() or not _hub_reachable():
+    with MODEL_BUILD_LOCK:
+        try:
+            return loader.from_pretrained(source, local_files_only=True, **kwargs)
+        except (OSError, ValueError) as exc:
+            if Path(source).exists() or not _hub_reachable():
+                raise UserError(_not_found_message(source, exc)) from None
+        try:
+            return loader.from_pretrained(source, **kwargs)
+        except (OSError, ValueError) as exc:
             raise UserError(_not_found_message(source, exc)) from None
-    try:
-        return loader.from_pretrained(source, **kwargs)
-    except (OSError, ValueError) as exc:
-        raise UserError(_not_found_message(source, exc)) from None
 
 
 def _load_tokenizer(source: str):

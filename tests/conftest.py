@@ -15,3 +15,18 @@ import torch  # noqa: E402
 # The tiny test models are faster on one thread, and far faster when other work shares the
 # 2 cores (a 17-token forward went from 370 ms to 24 ms on a busy machine).
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _default_dtype_unchanged():
+    """A test (or the code it runs) must not leave torch's process-wide default dtype changed:
+    later tests would then build float16 tensors from Python floats (a top-p test failed now and
+    then this way, after parallel model loads had left float16 behind)."""
+    yield
+    leaked = torch.get_default_dtype()
+    if leaked != torch.float32:
+        torch.set_default_dtype(torch.float32)
+        pytest.fail(f"torch's default dtype was left as {leaked}")

@@ -79,3 +79,34 @@ def test_prompts_and_chat_mode():
             encode_prompt(pair, bad)
     with pytest.raises(UserError, match="chat template"):
         encode_prompt(pair, "abc", chat=True)  # the tiny tokenizer has none
+
+
+def test_models_are_built_one_at_a_time_so_the_default_dtype_survives_parallel_loads():
+    """from_pretrained sets torch's process-wide default dtype while it builds a model and then
+    restores what it found; two builds at once (the embedded draft loads on its own thread) could
+    leave float16 as the default for everything after. Builds take turns; the dtype survives."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from engine import models
+    inside, overlapped, entered = [0], [False], threading.Event()
+
+    class SlowLoader:  # what from_pretrained does to the default dtype, slowly
+        @staticmethod
+        def from_pretrained(source, **kwargs):
+            inside[0] += 1
+            overlapped[0] |= inside[0] > 1
+            found = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float16)
+            entered.set()
+            threading.Event().wait(0.2)
+            torch.set_default_dtype(found)
+            inside[0] -= 1
+            return source
+
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(models._from_pretrained, SlowLoader, "a")
+        entered.wait(5)
+        second = pool.submit(models._from_pretrained, SlowLoader, "b")
+        assert (first.result(), second.result()) == ("a", "b")
+    assert not overlapped[0]
+    assert torch.get_default_dtype() == torch.float32
