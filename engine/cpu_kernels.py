@@ -186,11 +186,17 @@ def couples_rows_when_packed(role: str) -> bool:
     return role == "draft"
 
 
-def resolve_draft_weights(value: str | None) -> str:
-    """'auto' (or None) -> 'nf4' where bitsandbytes' NF4 kernel runs on this CPU, else 'int8'."""
+def check_draft_weights(value: str | None) -> str:
+    """The value (None -> 'auto'), or a UserError naming the choices."""
     value = value or "auto"
     if value not in DRAFT_WEIGHTS:
         raise UserError(f"unknown draft weights '{value}' (use {', '.join(DRAFT_WEIGHTS)})")
+    return value
+
+
+def resolve_draft_weights(value: str | None) -> str:
+    """'auto' (or None) -> 'nf4' where bitsandbytes' NF4 kernel runs on this CPU, else 'int8'."""
+    value = check_draft_weights(value)
     if value == "auto":
         return "nf4" if nf4.available() else "int8"
     if value == "nf4" and not nf4.available():

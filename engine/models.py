@@ -384,8 +384,7 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     kernels = resolve_kernels(cpu_kernels)
-    if draft_weights not in (None, *cpu_kernels_mod.DRAFT_WEIGHTS):
-        cpu_kernels_mod.resolve_draft_weights(draft_weights)  # the message names the choices
+    cpu_kernels_mod.check_draft_weights(draft_weights)  # a typo is refused whatever the kernels
     weights = (cpu_kernels_mod.resolve_draft_weights(draft_weights)
                if cpu_kernels_mod.applies(kernels, dev, dt) else "int8")
     target_place = placement(target_device_map, max_memory, offload_folder)

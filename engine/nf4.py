@@ -69,9 +69,10 @@ class Nf4Linear(torch.nn.Module):
 
     def __init__(self, linear: torch.nn.Linear):
         super().__init__()
-        if _library() is None:
+        library = _library()
+        if library is None:
             raise RuntimeError("bitsandbytes' NF4 CPU kernel is not available on this machine (see available())")
-        F, self._lib = _library()
+        F, self._lib = library
         self.in_features, self.out_features = linear.in_features, linear.out_features
         weight = linear.weight.detach().to(torch.bfloat16)
         packed, state = F.quantize_4bit(weight, blocksize=BLOCK, quant_type="nf4", compress_statistics=False)

@@ -70,10 +70,14 @@ def _key(*parts) -> str:
 def draft_kernels(pair: ModelPair) -> str:
     """How the draft computes: its numerics and a pruned head change acceptance, never exactness."""
     report = getattr(pair, "cpu_kernels", {}).get("draft", {})
-    mode = report.get("mode", "default")
-    if cpu_kernels_mod.draft_weights_of(report) == "nf4":  # int8 drafts keep the key they always had
-        mode += "+nf4"
+    mode = report.get("mode", "default") + _nf4_mark(report)
     return f"{mode}+head{report['head_tokens']}" if report.get("head_tokens") else mode
+
+
+def _nf4_mark(draft_report: dict) -> str:
+    """'+nf4' for an NF4 draft, which accepts and costs differently; int8 drafts keep the cache
+    keys they always had."""
+    return "+nf4" if cpu_kernels_mod.draft_weights_of(draft_report) == "nf4" else ""
 
 
 def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: float, width: int,
@@ -533,9 +537,7 @@ def profile_key(pair: ModelPair) -> str:
              placement["target_device_map"], placement["draft_device_map"]]
     if pair.cpu_kernels_mode != "fast":
         return _key(*parts)
-    # an NF4 draft runs at another speed; int8 drafts keep the key they always had
-    weights = cpu_kernels_mod.draft_weights_of(pair.cpu_kernels.get("draft", {}))
-    return _key(*parts, "fast+nf4") if weights == "nf4" else _key(*parts, "fast")
+    return _key(*parts, "fast" + _nf4_mark(pair.cpu_kernels.get("draft", {})))
 
 
 def cached_profile(pair: ModelPair) -> DeviceProfile | None:
