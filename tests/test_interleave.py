@@ -23,7 +23,7 @@ def test_lanes_run_interleaved_and_give_what_they_give_alone():
             order.append((lane.name, event.total_tokens, [other.share_done for other in lanes]))
         assert all(lane.finished for lane in lanes)
         names = [name for name, _, _ in order]
-        assert names[:2] == ["ar", specs[1].key]  # ties go in list order
+        assert names[:2] == ["ar", specs[1].key]  # the first tie goes to the first lane
         shares_before = [0.0, 0.0]
         for name, tokens, shares in order:  # the lane that stepped was not ahead of a running one
             me = [s.key for s in specs].index(name)
@@ -37,6 +37,26 @@ def test_lanes_run_interleaved_and_give_what_they_give_alone():
             together = bench.lane_result(pair, lane)
             assert together["token_ids"] == alone["token_ids"], (spec.key, temperature)
             assert together["steps"] == alone["steps"] and together["seconds"] > 0
+
+
+def test_twin_lanes_take_turns_stepping_first():
+    """Two lanes gaining the same tokens per step tie before every pair of steps: each goes first at
+    half the ties, so neither always steps right after the other (a Race's chain lane and a
+    hardware-aware plan of the same chain; in list order the second lane always followed the first
+    and took whatever the first one's page update cost)."""
+    def steps(per_step: int, max_new: int):
+        total = 0
+        while total < max_new:
+            total += per_step
+            yield SimpleNamespace(total_tokens=total)
+
+    lanes = [interleave.Lane(name, steps(3, 60), 60) for name in ("chain", "auto")]
+    names = [lane.name for lane, _ in interleave.run_together(lanes)]
+    firsts = names[0::2]  # each pair of steps starts at a tie
+    assert len(names) == 40
+    assert all(a != b for a, b in zip(names[0::2], names[1::2]))  # each pair is one step of each
+    assert firsts.count("chain") == firsts.count("auto") == 10
+    assert firsts[:4] == ["chain", "auto", "chain", "auto"]
 
 
 def test_interleaved_lanes_keep_their_speed_ratio_when_the_machine_slows_down(monkeypatch):
