@@ -5,8 +5,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from engine import attention, cpu_kernels, methods
+from engine import attention, cpu_kernels, methods, nf4
 from engine.decoding import generate_ids
+from engine.errors import UserError
 from engine.models import encode_prompt, load_pair
 from engine.settings import Settings
 from engine.tree import Tree
@@ -25,16 +26,20 @@ def _linear(in_features=96, out_features=80, fp16_weights=True):
     return linear.eval()
 
 
+def _rows_together_and_alone(packed, linear, in_features):
+    """For every row count: (m, the rows in one call, each row in its own call, the float layer)."""
+    for m in ROWS:
+        x = torch.randn(m, in_features)
+        with torch.inference_mode():
+            yield (m, packed(x), torch.cat([packed(x[i:i + 1]) for i in range(m)]),
+                   torch.nn.functional.linear(x, linear.weight, linear.bias))
+
+
 @pytest.mark.parametrize("kind", ["fp16", "onednn"])
 def test_packed_target_linears_are_row_independent_bit_for_bit(kind):
     linear = _linear()
     packed = cpu_kernels.PackedLinear(linear, kind)
-    for m in ROWS:
-        x = torch.randn(m, 96)
-        with torch.inference_mode():
-            together = packed(x)
-            alone = torch.cat([packed(x[i:i + 1]) for i in range(m)])
-            plain = torch.nn.functional.linear(x, linear.weight, linear.bias)
+    for m, together, alone, plain in _rows_together_and_alone(packed, linear, 96):
         assert torch.equal(together, alone), (kind, m)
         torch.testing.assert_close(together, plain, atol=1e-5, rtol=1e-5)  # the same layer, other rounding
 
@@ -179,9 +184,6 @@ def test_pruned_head_keeps_decoding_exact(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ the NF4 draft (engine/nf4.py)
-from engine import nf4  # noqa: E402
-from engine.errors import UserError  # noqa: E402
-
 needs_nf4 = pytest.mark.skipif(not nf4.available(), reason="no bitsandbytes NF4 kernel on this CPU (AVX512-BF16)")
 
 
@@ -190,12 +192,7 @@ def test_nf4_linear_approximates_the_layer_and_keeps_rows_independent():
     linear = _linear(in_features=128, out_features=96, fp16_weights=False)
     packed = nf4.Nf4Linear(linear)
     assert packed.packed_bytes < linear.weight.numel()  # under a byte per weight: half of int8
-    for m in ROWS:
-        x = torch.randn(m, 128)
-        with torch.inference_mode():
-            together = packed(x)
-            alone = torch.cat([packed(x[i:i + 1]) for i in range(m)])
-            plain = torch.nn.functional.linear(x, linear.weight, linear.bias)
+    for m, together, alone, plain in _rows_together_and_alone(packed, linear, 128):
         assert torch.equal(together, alone), m
         assert float((together - plain).norm() / plain.norm()) < 0.15, m  # 4-bit weights: close, not equal
     # the direct call into bitsandbytes' library is what its registered op computes
