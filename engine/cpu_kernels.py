@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from engine import nf4
+from engine import nf4, nf4_cache
 from engine.errors import UserError
 
 KERNEL_CHOICES = ("fast", "default")
@@ -168,11 +168,12 @@ class KernelReport:
     packed_parameters: int = 0  # weights now held outside model.parameters()
     head: str = "full"          # or how the draft's output head was pruned
     head_tokens: int | None = None  # tokens the pruned head scores (None: the full head)
+    nf4_cache: str | None = None    # NF4 draft: 'read' from disk, 'stored' after quantising, 'none' (not writable)
 
     def to_dict(self) -> dict:
         return {"role": self.role, "mode": self.mode, "linears": dict(self.linears), "embedding": self.embedding,
                 "packed_bytes": self.packed_bytes, "packed_parameters": self.packed_parameters, "head": self.head,
-                "head_tokens": self.head_tokens}
+                "head_tokens": self.head_tokens, "nf4_cache": self.nf4_cache}
 
 
 def couples_rows(report: dict) -> bool:
@@ -247,8 +248,18 @@ def _kind(linear: torch.nn.Linear, role: str, draft_weights: str) -> str:
     return "fp16" if _fp16_exact(linear.weight) else "onednn"
 
 
-def _packed(linear: torch.nn.Linear, kind: str) -> torch.nn.Module:
-    return nf4.Nf4Linear(linear) if kind == "nf4" else PackedLinear(linear, kind)
+def _packed(linear: torch.nn.Linear, kind: str, parts: dict | None = None) -> torch.nn.Module:
+    return nf4.Nf4Linear(linear, parts) if kind == "nf4" else PackedLinear(linear, kind)
+
+
+def _cached_nf4(linears, kinds) -> tuple[str | None, dict]:
+    """(cache key, {name: packed tensors}) for the linears packed as NF4 (engine/nf4_cache.py);
+    the dict is empty when nothing is stored yet, the key None when no linear is NF4."""
+    named = [(name, linear) for (name, linear), kind in zip(linears, kinds) if kind == "nf4"]
+    if not named:
+        return None, {}
+    key = nf4_cache.key(named)
+    return key, nf4_cache.load(key, [name for name, _ in named]) or {}
 
 
 def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | None = None,
@@ -274,10 +285,15 @@ def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | No
     # fbgemm's packing runs on one thread (12 s of the target's load here): pack several at once,
     # largest first, so the output head (4.5 s alone for the target's) does not start last
     largest_first = sorted(range(len(linears)), key=lambda i: -linears[i][1].weight.numel())
+    nf4_key, stored = _cached_nf4(linears, kinds)
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
         done = dict(zip(largest_first, pool.map(_packed, [linears[i][1] for i in largest_first],
-                                                [kinds[i] for i in largest_first])))
+                                                [kinds[i] for i in largest_first],
+                                                [stored.get(linears[i][0]) for i in largest_first])))
     packs = [done[i] for i in range(len(linears))]
+    if nf4_key is not None:
+        report.nf4_cache = "read" if stored else "stored" if nf4_cache.store(nf4_key, {
+            name: packed for (name, _), packed in zip(linears, packs) if isinstance(packed, nf4.Nf4Linear)}) else "none"
     for (name, linear), kind, packed in zip(linears, kinds, packs):
         _replace(model, name, packed)
         report.linears[kind] = report.linears.get(kind, 0) + 1

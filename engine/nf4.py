@@ -67,17 +67,21 @@ class Nf4Linear(torch.nn.Module):
     """nn.Linear with NF4 weights (blocks of 64, bfloat16 scales) and bfloat16 activations;
     float32 in and out like the rest of the packed model. Inference only."""
 
-    def __init__(self, linear: torch.nn.Linear):
+    def __init__(self, linear: torch.nn.Linear, parts: dict[str, torch.Tensor] | None = None):
+        """parts: this linear's packed, absmax and code tensors from an earlier packing of the same
+        weights (engine/nf4_cache.py) instead of quantising again."""
         super().__init__()
         library = _library()
         if library is None:
             raise RuntimeError("bitsandbytes' NF4 CPU kernel is not available on this machine (see available())")
         F, self._lib = library
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        weight = linear.weight.detach().to(torch.bfloat16)
-        packed, state = F.quantize_4bit(weight, blocksize=BLOCK, quant_type="nf4", compress_statistics=False)
-        self.packed, state = F._convert_weight_packed_for_cpu(packed, state)
-        self.absmax, self.code = state.absmax, state.code
+        if parts is None:
+            weight = linear.weight.detach().to(torch.bfloat16)
+            packed, state = F.quantize_4bit(weight, blocksize=BLOCK, quant_type="nf4", compress_statistics=False)
+            packed, state = F._convert_weight_packed_for_cpu(packed, state)
+            parts = {"packed": packed, "absmax": state.absmax, "code": state.code}
+        self.packed, self.absmax, self.code = parts["packed"], parts["absmax"], parts["code"]
         self.bias = None if linear.bias is None else linear.bias.detach().float()
         self.packed_bytes = self.packed.numel() + self.absmax.numel() * 2
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from engine import attention, cpu_kernels, methods, nf4
+from engine import attention, cpu_kernels, methods, nf4, nf4_cache
 from engine.decoding import generate_ids
 from engine.errors import UserError
 from engine.models import encode_prompt, load_pair
@@ -229,6 +229,55 @@ def test_nf4_draft_keeps_decoding_exact_greedy_and_sampled():
     settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=5)
     samples = two_token_samples(pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES)
     assert chi_square_pvalue(samples, exact_two_token_distribution(pair, ids, 1.0, 1.0)) > 1e-3
+
+
+def _draft_logits(pair, ids):
+    with torch.inference_mode():
+        return pair.draft(torch.tensor([ids])).logits
+
+
+@needs_nf4
+def test_nf4_packing_is_stored_once_and_read_back_bit_for_bit(tmp_path, monkeypatch):
+    """A later load reads the draft's NF4 tensors from disk instead of quantising (engine/nf4_cache.py):
+    the same tensors, so the same logits bit for bit; garbage in the file means quantising again."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    first = _nf4_pair()
+    assert first.cpu_kernels["draft"]["nf4_cache"] == "stored"
+    assert first.cpu_kernels["target"]["nf4_cache"] is None  # the target is never NF4
+    files = list((tmp_path / "nf4").glob("*.safetensors"))
+    assert len(files) == 1
+    later = _nf4_pair()
+    assert later.cpu_kernels["draft"]["nf4_cache"] == "read"
+    ids = encode_prompt(first, "abcab", chat=False)
+    assert torch.equal(_draft_logits(first, ids), _draft_logits(later, ids))
+    files[0].write_bytes(b"not a safetensors file")
+    again = _nf4_pair()
+    assert again.cpu_kernels["draft"]["nf4_cache"] == "stored"
+    assert torch.equal(_draft_logits(first, ids), _draft_logits(again, ids))
+
+
+@needs_nf4
+def test_nf4_cache_key_changes_with_any_weight_and_the_library(monkeypatch):
+    linears = [("a", _linear(128, 96, fp16_weights=False)), ("b", _linear(64, 32, fp16_weights=False))]
+    key = nf4_cache.key(linears)
+    assert nf4_cache.key(linears) == key and len(key) == 64
+    with torch.no_grad():
+        linears[1][1].weight[31, 63] += 1e-3
+    changed = nf4_cache.key(linears)
+    assert changed != key
+    assert nf4_cache.key([("renamed", linears[0][1]), linears[1]]) != changed
+    monkeypatch.setattr(nf4_cache, "_library_version", lambda: "0.0.0")
+    assert nf4_cache.key(linears) != changed
+
+
+@needs_nf4
+def test_an_unwritable_nf4_cache_only_costs_time(tmp_path, monkeypatch):
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache folder would go")
+    monkeypatch.setenv("SEQUOIA_CACHE", str(blocked))
+    pair = _nf4_pair()
+    assert pair.cpu_kernels["draft"]["nf4_cache"] == "none"
+    assert pair.cpu_kernels["draft"]["linears"]["nf4"] == 14
 
 
 def test_draft_weights_resolve_to_what_this_cpu_runs(monkeypatch):
