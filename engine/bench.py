@@ -419,7 +419,10 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     check = None
     if config.learning_check:  # after every other lane: its evidence never reaches them
         from engine import bench_learning
-        check = bench_learning.run_check(pair, prompts, config, vectors, prof, say)
+        # planned from the costs the hardware-aware lanes saw last (profile + this run's observations)
+        costs = ({t: observed.corrected(prof, costs_seen, t > 0) for t in config.temperatures}
+                 if prof is not None else None)
+        check = bench_learning.run_check(pair, prompts, config, vectors, prof, say, costs=costs)
     machine["load_average_end"] = load_average()
     seen = [x for x in loads if x is not None]
     if seen:

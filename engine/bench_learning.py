@@ -3,8 +3,9 @@ AFTER (64) generated tokens, does the plan's predicted tokens/step hold for the 
 
 Protocol, at each bench temperature, for the first code and the first prose prompt of the bench's
 prompts (the first shipped example of that kind, engine/prompts.py, when the bench's set has none):
-- ONE generation of the hardware-aware Sequoia plan (sequoia-auto with the bench's device profile
-  and search bounds; the DP tree of the largest bench budget under --no-auto), AFTER + TOKENS new
+- ONE generation of the hardware-aware Sequoia plan (sequoia-auto with the bench's search bounds
+  and the costs its hardware-aware lanes planned with: the device profile corrected by the step
+  costs the bench's runs observed; the DP tree of the largest bench budget under --no-auto), AFTER + TOKENS new
   tokens, ignore_eos, learning ON: planning.Replanner(learn=True) from the bench's vector pooled
   with the evidence earlier runs stored (learning.with_stored: what build_plan does with learn=True);
 - at the first step boundary at or after AFTER generated tokens it takes the tree the Replanner
@@ -113,15 +114,17 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     return row, replan
 
 
-def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=print) -> dict:
-    """Every (temperature, kind) run; `vectors` maps each bench temperature to its acceptance vector."""
+def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=print, costs: dict | None = None) -> dict:
+    """Every (temperature, kind) run; `vectors` maps each bench temperature to its acceptance vector,
+    `costs` (optional) to the corrected costs to plan with there (engine/observed.py), else `prof`."""
     after, tokens = config.learning_check_after, config.learning_check_tokens
     rows, replanners = [], []
     for temperature in config.temperatures:
         for prompt, index in check_prompts(prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=after + tokens, seed=config.seed + (index or 0), ignore_eos=True)
-            result = learning_plan(pair, config, settings, vectors[temperature], prof, prompt.text)
+            plan_costs = (costs or {}).get(temperature) or prof
+            result = learning_plan(pair, config, settings, vectors[temperature], plan_costs, prompt.text)
             ids = encode_prompt(pair, prompt.text, config.chat)
             row, replan = run_one(pair, ids, result, settings, after)
             row = {"temperature": temperature, "kind": prompt.kind, "prompt": prompt.title,

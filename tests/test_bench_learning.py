@@ -105,6 +105,23 @@ def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):
     assert all(e.tree_parents == row["frozen_tree"]["parents"] for e in steps[-row["steps_after"]:])
 
 
+def test_the_check_plans_with_the_costs_the_bench_observed_when_given():
+    """The bench hands the check the profile corrected by its runs' step costs (what its
+    hardware-aware lanes planned with): those, not the bare profile, choose the tree."""
+    pair = tiny_pair("llama")
+    flat = profiler.DeviceProfile({1: 0.010, 8: 0.011, 16: 0.012}, {1: 0.001, 8: 0.0011, 16: 0.0012}, 0.001, 16, 3,
+                                  "d", "t", "cpu", "float32")
+    steep = profiler.DeviceProfile({1: 0.010, 2: 1.0, 8: 4.0, 16: 8.0}, {1: 0.05, 8: 0.4, 16: 0.8}, 0.001, 16, 3,
+                                   "d", "t", "cpu", "float32")  # drafting never pays: plain decoding
+    config = _config(auto=True, auto_max_budget=16)
+    quiet = lambda *_: None  # noqa: E731
+    on_profile = bench_learning.run_check(pair, PROMPTS[:1], config, {0.0: _vec(pair)}, flat, say=quiet)
+    on_costs = bench_learning.run_check(pair, PROMPTS[:1], config, {0.0: _vec(pair)}, flat, say=quiet,
+                                        costs={0.0: steep})
+    assert on_profile["runs"][0]["frozen_tree"]["nodes"] > 1
+    assert on_costs["runs"][0]["error"] is None and "drafts nothing" in on_costs["runs"][0]["note"]
+
+
 def test_a_cut_last_step_counts_its_full_yield_after_the_boundary():
     pair = tiny_pair("llama", noise=0.0)  # draft = target: the learned tree accepts its whole main path
     check = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None, say=lambda *_: None)
