@@ -576,7 +576,9 @@ DEFINITIONS = {
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
                                    "device profile corrected by the step costs this bench's warm-up and its runs on "
                                    "earlier prompts observed (engine/observed.py, as the app's planner corrects it; "
-                                   "warmup.observed_steps says how many steps the warm-up gave); *_profile: from the profile alone",
+                                   "warmup.observed_steps says how many steps the warm-up gave; a run's "
+                                   "cost_model_observed_steps, how many step-cost samples the corrected model held: "
+                                   "the latest at most 64 per tree size); *_profile: from the profile alone",
     "tokens_per_second_pooled": "the lane's tokens over its decode seconds, all prompts together; "
                                 "predicted_*_pooled: the same tokens over the seconds each run's own prediction "
                                 "gives them (the hardware-aware prediction goal compares these two); "

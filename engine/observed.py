@@ -45,6 +45,7 @@ class Observations:
 
     @property
     def steps(self) -> int:
+        """The steps whose costs are held: the latest KEEP per tree size (not every step ever seen)."""
         return sum(len(v) for v in self.target.values())
 
     def summary(self, prof) -> dict:
