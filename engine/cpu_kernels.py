@@ -259,7 +259,7 @@ def _cached_nf4(linears, kinds) -> tuple[str | None, dict]:
     if not named:
         return None, {}
     key = nf4_cache.key(named)
-    return key, nf4_cache.load(key, [name for name, _ in named]) or {}
+    return key, nf4_cache.load(key, {name: (linear.out_features, linear.in_features) for name, linear in named}) or {}
 
 
 def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | None = None,

@@ -58,8 +58,17 @@ def key(linears: list[tuple[str, torch.nn.Linear]]) -> str:
     return head.hexdigest()
 
 
-def load(cache_key: str, names: list[str]) -> dict[str, dict[str, torch.Tensor]] | None:
-    """{linear name: its packed tensors} from an earlier packing, or None (no file, or unreadable)."""
+def _fits(parts: dict[str, torch.Tensor], out_features: int, in_features: int) -> bool:
+    """The shapes and dtypes a packing of an out x in linear has: the kernel reads by them, unchecked."""
+    return (parts["packed"].dtype == torch.uint8 and parts["packed"].numel() * 2 == out_features * in_features
+            and parts["absmax"].dtype == torch.bfloat16
+            and parts["absmax"].numel() * nf4.BLOCK == out_features * in_features
+            and parts["code"].dtype == torch.float32 and parts["code"].numel() == 16)
+
+
+def load(cache_key: str, shapes: dict[str, tuple[int, int]]) -> dict[str, dict[str, torch.Tensor]] | None:
+    """{linear name: its packed tensors} for the linears of `shapes` ({name: (out, in)}) from an
+    earlier packing, or None (no file, or unreadable, or not what those linears pack to)."""
     from safetensors.torch import load_file
     path = folder() / f"{cache_key}.safetensors"
     if not path.is_file():
@@ -68,7 +77,12 @@ def load(cache_key: str, names: list[str]) -> dict[str, dict[str, torch.Tensor]]
         tensors = load_file(path)
         # copies, because the file's tensors start 8-byte aligned and the kernel reads misaligned
         # weights ~15 % slower (a draft forward 28 vs 24 ms here); torch allocates 64-byte aligned
-        parts = {name: {part: tensors.pop(f"{name}.{part}").clone() for part in PARTS} for name in names}
+        parts = {name: {part: tensors.pop(f"{name}.{part}").clone() for part in PARTS} for name in shapes}
+        wrong = [name for name, (out_features, in_features) in shapes.items()
+                 if not _fits(parts[name], out_features, in_features)]
+        if wrong:
+            raise ValueError(f"{wrong[0]} does not have the packed shapes of a "
+                             f"{shapes[wrong[0]][0]}x{shapes[wrong[0]][1]} linear")
     except Exception as exc:  # noqa: BLE001 - a truncated or foreign file: quantise instead
         log.warning("ignoring the packed NF4 draft in %s (%s); quantising again", path, exc)
         return None

@@ -257,6 +257,13 @@ def test_nf4_packing_is_stored_once_and_read_back_bit_for_bit(tmp_path, monkeypa
     again = _nf4_pair()
     assert again.cpu_kernels["draft"]["nf4_cache"] == "stored"
     assert torch.equal(_draft_logits(first, ids), _draft_logits(again, ids))
+    # a readable file whose tensors are not what these linears pack to is not handed to the kernel
+    from safetensors.torch import load_file, save_file
+    tensors = load_file(files[0])
+    name = next(k for k in tensors if k.endswith(".packed"))
+    tensors[name] = tensors[name][: len(tensors[name]) // 2].clone()
+    save_file(tensors, files[0])
+    assert _nf4_pair().cpu_kernels["draft"]["nf4_cache"] == "stored"
 
 
 @needs_nf4
