@@ -388,7 +388,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             # every lane of the prompt is planned and predicted from the step costs of the warm-up
             # and the earlier prompts' runs (the app plans a request from what it observed before
             # it), then all lanes run interleaved step by step (run_together)
-            costs = observed.corrected(prof, costs_seen, temperature > 0) if prof is not None else None
+            costs = observed.corrected(prof, costs_seen, temperature > 0)  # None without a profile
             behind = costs_seen.steps
             shift = i % len(specs)
             planned = [_auto_for_prompt(s, config, own or vec, costs, temperature)
@@ -420,8 +420,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
     if config.learning_check:  # after every other lane: its evidence never reaches them
         from engine import bench_learning
         # planned from the costs the hardware-aware lanes saw last (profile + this run's observations)
-        costs = ({t: observed.corrected(prof, costs_seen, t > 0) for t in config.temperatures}
-                 if prof is not None else None)
+        costs = {t: observed.corrected(prof, costs_seen, t > 0) for t in config.temperatures}
         check = bench_learning.run_check(pair, prompts, config, vectors, prof, say, costs=costs)
     machine["load_average_end"] = load_average()
     seen = [x for x in loads if x is not None]

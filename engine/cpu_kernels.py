@@ -291,9 +291,11 @@ def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | No
                                                 [kinds[i] for i in largest_first],
                                                 [stored.get(linears[i][0]) for i in largest_first])))
     packs = [done[i] for i in range(len(linears))]
-    if nf4_key is not None:
-        report.nf4_cache = "read" if stored else "stored" if nf4_cache.store(nf4_key, {
-            name: packed for (name, _), packed in zip(linears, packs) if isinstance(packed, nf4.Nf4Linear)}) else "none"
+    if nf4_key is not None and stored:
+        report.nf4_cache = "read"
+    elif nf4_key is not None:
+        quantised = {name: packed for (name, _), packed in zip(linears, packs) if isinstance(packed, nf4.Nf4Linear)}
+        report.nf4_cache = "stored" if nf4_cache.store(nf4_key, quantised) else "none"
     for (name, linear), kind, packed in zip(linears, kinds, packs):
         _replace(model, name, packed)
         report.linears[kind] = report.linears.get(kind, 0) + 1

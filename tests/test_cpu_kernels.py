@@ -3,6 +3,7 @@ the other rows (the target's part of exactness), loading reports what it did, an
 exact (greedy equality and the chi-square tests run on both paths in tests/test_exactness.py)."""
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import DynamicCache
 
 from engine import attention, cpu_kernels, methods, nf4, nf4_cache
@@ -258,7 +259,6 @@ def test_nf4_packing_is_stored_once_and_read_back_bit_for_bit(tmp_path, monkeypa
     assert again.cpu_kernels["draft"]["nf4_cache"] == "stored"
     assert torch.equal(_draft_logits(first, ids), _draft_logits(again, ids))
     # a readable file whose tensors are not what these linears pack to is not handed to the kernel
-    from safetensors.torch import load_file, save_file
     tensors = load_file(files[0])
     name = next(k for k in tensors if k.endswith(".packed"))
     tensors[name] = tensors[name][: len(tensors[name]) // 2].clone()
