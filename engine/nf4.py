@@ -63,6 +63,11 @@ def available() -> bool:
     return bool(torch.equal(direct, op))
 
 
+# gemv_4bit_inference_cpu_nf4_bf16(M, N, K, x, packed weights, absmax, out, blocksize, x stride, out stride)
+_GEMV = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+
+
 class Nf4Linear(torch.nn.Module):
     """nn.Linear with NF4 weights (blocks of 64, bfloat16 scales) and bfloat16 activations;
     float32 in and out like the rest of the packed model. Inference only."""
@@ -84,6 +89,10 @@ class Nf4Linear(torch.nn.Module):
         self.packed, self.absmax, self.code = parts["packed"], parts["absmax"], parts["code"]
         self.bias = None if linear.bias is None else linear.bias.detach().float()
         self.packed_bytes = self.packed.numel() + self.absmax.numel() * 2
+        # the kernel through a typed prototype of our own, its weight pointers taken once: building
+        # ten ctypes objects per call cost ~3 us of a ~25 us call, ~170 calls per draft forward
+        self._gemv = _GEMV(ctypes.cast(self._lib.gemv_4bit_inference_cpu_nf4_bf16, ctypes.c_void_p).value)
+        self._weights = (self.packed.data_ptr(), self.absmax.data_ptr())
 
     @property
     def weight(self) -> torch.Tensor:
@@ -93,18 +102,16 @@ class Nf4Linear(torch.nn.Module):
     def forward_bf16(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.contiguous()
         out = torch.empty(rows.shape[0], self.out_features, dtype=torch.bfloat16)
-        c = ctypes.c_int64
-        self._lib.gemv_4bit_inference_cpu_nf4_bf16(
-            c(rows.shape[0]), c(self.out_features), c(self.in_features), ctypes.c_void_p(rows.data_ptr()),
-            ctypes.c_void_p(self.packed.data_ptr()), ctypes.c_void_p(self.absmax.data_ptr()),
-            ctypes.c_void_p(out.data_ptr()), c(BLOCK), c(rows.stride(0)), c(out.stride(0)))
+        packed, absmax = self._weights
+        self._gemv(rows.shape[0], self.out_features, self.in_features, rows.data_ptr(), packed, absmax,
+                   out.data_ptr(), BLOCK, rows.stride(0), out.stride(0))
         return out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.forward_bf16(x.reshape(-1, self.in_features).to(torch.bfloat16)).float()
         if self.bias is not None:
-            out = out + self.bias
-        return out.reshape(*x.shape[:-1], self.out_features)
+            out.add_(self.bias)  # in place: `out` is this call's own fresh tensor
+        return out.view(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, kind=nf4"
