@@ -16,7 +16,8 @@ from engine.settings import Settings
 
 log = logging.getLogger(__name__)
 
-FIRST_LOAD_MAX_ROUNDS = 6  # timed rounds of the first load's device profile at most (3 at least)
+FIRST_LOAD_MAX_ROUNDS = 4  # timed rounds of the first load's device profile at most (3 at least;
+#                            ~3 s each here: 6 left the first start at the 2-minute edge)
 
 
 # ---------------------------------------------------------------- stream items

@@ -406,20 +406,23 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
     # the embedded draft converts in about half the target's time: it loads on a second thread
     # while the target is still being converted (a first start's cores are otherwise half idle then)
     with ThreadPoolExecutor(1, thread_name_prefix="sequoia-load-draft") as early:
-        draft_loading = None
+        draft_loading = draft_tok_loading = None
         if DEFAULT in (draft, target):
             from engine.embedded import ensure_default_pair
 
             def while_preparing(role: str, folder: Path) -> None:
-                nonlocal draft_loading
+                nonlocal draft_loading, draft_tok_loading
                 if role == "draft" and draft == DEFAULT:
                     draft_loading = early.submit(load_draft, str(folder), None, " (while the target converts)")
+                    # then its tokenizer, on the same thread (~2 s off a first start's critical path)
+                    draft_tok_loading = early.submit(_load_tokenizer, str(folder))
 
             default_draft, default_target = ensure_default_pair(progress=progress, while_preparing=while_preparing)
             draft_src = str(default_draft) if draft == DEFAULT else draft
             target_src = str(default_target) if target == DEFAULT else target
         report("tokenizers", 0.05, "loading tokenizers")
-        draft_tok, target_tok = _load_tokenizer(draft_src), _load_tokenizer(target_src)
+        draft_tok = draft_tok_loading.result() if draft_tok_loading is not None else _load_tokenizer(draft_src)
+        target_tok = _load_tokenizer(target_src)
         check_same_tokenizer(draft_tok, target_tok, draft, target)
         report("target", 0.1, f"loading target {target} on {on}")
         target_model, target_kernels = _load_model(target_src, dev, dt, target_place, "target", kernels, target)

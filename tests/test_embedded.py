@@ -480,11 +480,16 @@ def test_load_pair_loads_the_draft_while_the_target_is_prepared(monkeypatch):
     from tests.tiny import tiny_pair_dirs
     draft_dir, target_dir = tiny_pair_dirs("qwen2", stored="float16")
     seen, threads = [], {}
-    real_load = models._load_model
+    real_load, real_tokenizer = models._load_model, models._load_tokenizer
+    tokenizer_threads = {}
 
     def load_model(source, *args, **kwargs):
         threads[Path(source)] = threading.current_thread().name
         return real_load(source, *args, **kwargs)
+
+    def load_tokenizer(source):
+        tokenizer_threads[Path(source)] = threading.current_thread().name
+        return real_tokenizer(source)
 
     def fake_default_pair(progress, while_preparing):
         while_preparing("draft", draft_dir)
@@ -495,10 +500,14 @@ def test_load_pair_loads_the_draft_while_the_target_is_prepared(monkeypatch):
         return draft_dir, target_dir
 
     monkeypatch.setattr(models, "_load_model", load_model)
+    monkeypatch.setattr(models, "_load_tokenizer", load_tokenizer)
     monkeypatch.setattr(embedded, "ensure_default_pair", fake_default_pair)
     pair = models.load_pair(device="cpu", dtype="float32", cpu_kernels="fast",
                             progress=lambda stage, fraction, message: seen.append(message))
     assert threads[draft_dir].startswith("sequoia-load-draft") and threads[target_dir] == threading.current_thread().name
+    # the draft's tokenizer too loads on that thread, off the critical path; the target's after its conversion
+    assert tokenizer_threads[draft_dir].startswith("sequoia-load-draft")
+    assert tokenizer_threads[target_dir] == threading.current_thread().name
     early = [m for m in seen if m.startswith("loading draft")]
     assert len(early) == 1 and "while the target converts" in early[0]
     assert seen.index(early[0]) < seen.index("target converted")  # announced before the target was ready
