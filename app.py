@@ -29,6 +29,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--offload-folder", default=None,
                    help="where a device map may offload weights to disk (the page only allows folders inside "
                         "the cache directory, plus this one)")
+    p.add_argument("--no-background-refine", dest="background_refine", action="store_false",
+                   help="do not measure, while idle, the settings a plan had to interpolate an acceptance "
+                        "vector for (engine/refine.py)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
@@ -45,6 +48,9 @@ def build(args: argparse.Namespace, worker=None):
     """The page around a worker that starts loading the pair at once. Returns (gr.Blocks, AppContext)."""
     from app import create_app, ui
     placement = {k: getattr(args, k) for k in PLACEMENT if getattr(args, k)}
+    if worker is None and not getattr(args, "background_refine", True):
+        from engine.worker import Worker
+        worker = Worker(refine_in_background=False)
     kernels = getattr(args, "cpu_kernels", "fast")
     weights = getattr(args, "draft_weights", "auto")
     if not placement:

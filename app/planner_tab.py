@@ -142,6 +142,9 @@ def build(ctx: AppContext, live: dict) -> dict:
                                                              result.base_acceptance) else "nearest"),
                                                      title=f"Acceptance at T={T:g}, top-p={top_p:g} (NOT measured)")
             out[acc_caption] = result.acceptance_note
+            if worker.refiner is not None and interpolation.is_interpolated(result.measured_acceptance):
+                out[acc_caption] += (" · being measured for real in the background while the engine is idle "
+                                     "(any run goes first); plans use it once done")
         if result is not None and plan_vec is not None:
             learned = result.learned or {}
             out[acc_caption] = (out.get(acc_caption, "") + f" · **the current plan is backed by "

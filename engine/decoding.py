@@ -339,6 +339,7 @@ def generate(pair: ModelPair, prompt_ids: list[int], method: Method, settings: S
 
 
 def generate_ids(pair: ModelPair, prompt_ids: list[int], method: Method, settings: Settings,
-                 generator: torch.Generator | None = None) -> tuple[list[int], list[StepEvent]]:
-    events = list(generate(pair, prompt_ids, method, settings, generator=generator))
+                 generator: torch.Generator | None = None,
+                 should_stop: Callable[[], bool] = lambda: False) -> tuple[list[int], list[StepEvent]]:
+    events = list(generate(pair, prompt_ids, method, settings, should_stop=should_stop, generator=generator))
     return events[-1].token_ids, events

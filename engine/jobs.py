@@ -89,7 +89,9 @@ def _measuring(ctx) -> dict:
 
 
 def plan_job(ctx, spec: MethodSpec, settings: Settings):
-    return build_plan(ctx.pair, spec, settings, **_measuring(ctx))
+    result = build_plan(ctx.pair, spec, settings, **_measuring(ctx))
+    ctx.worker.note_plan(result, settings)
+    return result
 
 
 def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, learn: bool = True):
@@ -102,6 +104,7 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
     pair = ctx.pair
     ids = encode_prompt(pair, prompt, chat)
     result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, **_measuring(ctx))
+    ctx.worker.note_plan(result, settings)
     yield Note("plan", result)
     method = result.method
     replan = Replanner(pair, result, settings, user=plan, learn=learn)
@@ -144,6 +147,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     for i, (lane, spec) in enumerate(specs):
         ctx.progress(i / len(specs), f"planning {lane}")
         planned.append((lane, build_plan(pair, spec, settings, learn=learn, prompt=prompt, **_measuring(ctx))))
+        ctx.worker.note_plan(planned[-1][1], settings)
     yield Note("race", planned)
     if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs
         warm = Settings(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
@@ -193,6 +197,13 @@ def measure_job(ctx, temperature, top_p, sampler, prompts, force, top_k: int = 0
                                       should_stop=ctx.should_stop, top_k=top_k)
     vec.source = str(profiler.save_acceptance(pair, vec))
     return vec
+
+
+def refine_job(ctx):
+    """One background unit: one prompt of the oldest settings planned from an interpolated vector
+    (engine/refine.py). Result: the vectors saved when it completed those settings, else None."""
+    refiner = ctx.worker.refiner
+    return refiner.run_unit(ctx.pair, ctx.should_stop, ctx.progress) if refiner is not None else None
 
 
 def profile_job(ctx, max_budget, force):

@@ -72,6 +72,11 @@ def _replay(p_logits, q_logits, settings: Settings, sampler: str, width: int, dr
     return got
 
 
+def _stop_if_asked(should_stop: Callable[[], bool]) -> None:
+    if should_stop():
+        raise Stopped("measurement stopped")
+
+
 def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, top_p: float = 1.0,
                       sampler: str = "sequoia", width: int = 16, tokens_per_prompt: int = 160, seed: int = 0,
                       chat: bool | None = None, draws: int = DRAWS, top_k: int | None = 0, domain: str = "",
@@ -88,17 +93,21 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
     generator = make_generator(pair.device, seed + 1)  # the replays' draws, apart from the decoding's
     counts, positions, start = [0.0] * (width + 1), 0, time.perf_counter()
     for i, prompt in enumerate(prompts):
-        if should_stop():
-            raise Stopped("measurement stopped")
+        _stop_if_asked(should_stop)
         ids = encode_prompt(pair, prompt, chat)
-        answer, _ = generate_ids(pair, ids, DECODE_METHOD, replace(settings, seed=seed + i))
+        answer, events = generate_ids(pair, ids, DECODE_METHOD, replace(settings, seed=seed + i),
+                                      should_stop=should_stop)
+        if events and events[-1].finish_reason == "stopped":
+            raise Stopped("measurement stopped")
         if not answer:
             continue
         seq = ids + answer  # the positions measured are those whose next token is an answer token
         p_all = _logits(pair.target, seq, len(ids), pair.rows_coupled("target")).to(prob_device)
+        _stop_if_asked(should_stop)  # a stop lands between the forwards and between positions too
         q_all = fit_vocab(_logits(pair.draft, seq, len(ids), pair.rows_coupled("draft")), pair.vocab_size,
                           prob_device)
         for j in range(len(answer)):
+            _stop_if_asked(should_stop)
             for k, share in enumerate(_replay(p_all[j], q_all[j], settings, sampler, width, draws, generator)):
                 counts[k] += share
             positions += 1

@@ -16,6 +16,9 @@ Rules:
   finish_reason is "stopped"; a stopped measurement ends the job in state "stopped".
 - A failing job records its error (UserError/TreeError: a message for the user; anything else:
   an internal error with a traceback in the log) and the worker goes on with the next job.
+- While the worker is idle it may run background units (engine/refine.py: measuring settings a
+  plan had to interpolate a vector for); a submitted job stops the running unit at its next step
+  and starts after it, never beside it. status() shows a unit but says "idle".
 - Quick lookups that read caches only (`quick_plan`, `cached_acceptance`, `cached_profile`,
   `describe`) run on the caller's thread and never call a model.
 """
@@ -30,7 +33,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterator
 
-from engine import jobs, observed, profiler
+from engine import interpolation, jobs, observed, profiler, refine
 from engine.errors import UserError
 from engine.jobs import LaneEvent, Progress
 from engine.planning import PROFILE_BUDGET, MethodSpec, PlanResult, build_plan
@@ -41,6 +44,7 @@ log = logging.getLogger(__name__)
 
 QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", "stopped"
 _END = object()
+_WAKE = object()  # put on the queue to make the loop look again (background work arrived)
 
 
 
@@ -58,6 +62,7 @@ class Job:
         self.submitted_at = time.time()
         self.started_at: float | None = None
         self.finished_at: float | None = None
+        self.background = False  # a unit of background measurement (engine/refine.py): any job stops it
         self._items: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._finished = threading.Event()
@@ -145,11 +150,15 @@ class Worker:
     """One thread, one model pair, one job at a time."""
 
     def __init__(self, name: str = "sequoia-worker", measure_prompts: list[str] | None = None,
-                 measure_tokens: int = 48, profile_budget: int = PROFILE_BUDGET, profile_on_load: bool = True):
+                 measure_tokens: int = 48, profile_budget: int = PROFILE_BUDGET, profile_on_load: bool = True,
+                 refine_in_background: bool = True):
         # how acceptance vectors and device profiles are measured when a job needs one
         # (None = the engine's default prompts, assets/prompts.json)
         self.measure_prompts, self.measure_tokens, self.profile_budget = measure_prompts, measure_tokens, profile_budget
         self.profile_on_load = profile_on_load  # a first load profiles the device (hardware-aware plans need it)
+        # settings planned from an interpolated vector are measured while idle (engine/refine.py)
+        self.refiner = refine.Refiner() if refine_in_background else None
+        self._last_user_activity = time.monotonic()  # background units wait for IDLE_SECONDS after it
         self._pair = None
         self._queue: queue.Queue = queue.Queue()
         self._pending: list[Job] = []
@@ -169,10 +178,22 @@ class Worker:
         if self._closed:
             raise UserError("the worker is shut down")
         job = Job(self, name, fn, args, kwargs)
+        self._last_user_activity = time.monotonic()
         with self._lock:
             self._pending.append(job)
+            background = self._current if self._current is not None and self._current.background else None
         self._queue.put(job)
+        if background is not None:  # the user's job goes first: the unit ends at its next step
+            background.stop()
         return job
+
+    def note_plan(self, result, settings: Settings) -> None:
+        """A plan was made: if it used an interpolated vector, measure its settings while idle."""
+        pair = self._pair
+        if (self.refiner is not None and pair is not None and result is not None
+                and interpolation.is_interpolated(result.measured_acceptance)):
+            if self.refiner.want(pair, settings, result.method.sampler):
+                self._queue.put(_WAKE)  # the loop may be waiting with no timeout
 
     def stop(self, job_id: int | None = None) -> bool:
         """Stop one job by id (queued or running), or the running one; True if one was found."""
@@ -213,6 +234,10 @@ class Worker:
         with self._lock:
             cur, queued = self._current, len(self._pending)
             act = dict(self._activity)
+        if cur is not None and cur.background:  # shown, but the worker counts as idle: any job goes first
+            return {"pair": self.describe(), "job": None, "job_id": None, "state": "idle",
+                    "message": f"idle · {act['message']}", "fraction": None, "step": None, "queued": queued,
+                    "loading": self.loading, "last_error": self.last_error, "background": act["message"]}
         return {"pair": self.describe(), "job": cur.name if cur else None, "job_id": cur.id if cur else None,
                 "state": "busy" if cur else "idle", "message": act["message"] if cur else "idle",
                 "fraction": act["fraction"] if cur else None, "step": act["step"] if cur else None,
@@ -260,8 +285,11 @@ class Worker:
         pair = self._pair
         if pair is None:
             raise UserError("no model pair is loaded yet")
-        return build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest, learn=learn,
-                          prompt=prompt)
+        self._last_user_activity = time.monotonic()  # someone is moving sliders: no background unit yet
+        result = build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest, learn=learn,
+                            prompt=prompt)
+        self.note_plan(result, settings)
+        return result
 
     # ---- the jobs the app uses
     def load(self, draft: str = "default", target: str = "default", device: str | None = None,
@@ -337,11 +365,33 @@ class Worker:
                     self._activity.update(message=f"{job.name} — {lane}step {ev.step}, {ev.total_tokens} tokens",
                                           fraction=None, step=ev.step)
 
+    def _idle_wait(self) -> float | None:
+        """How long to wait for a job before a background unit runs (None: no background work)."""
+        if self.refiner is None or self._closed or not self.refiner.has_work(self._pair):
+            return None
+        return max(0.0, refine.IDLE_SECONDS - (time.monotonic() - self._last_user_activity))
+
     def _loop(self) -> None:
         while True:
-            job = self._queue.get()
+            try:
+                job = self._queue.get(timeout=self._idle_wait())
+            except queue.Empty:  # idle long enough (unless a slider moved meanwhile): one background unit
+                wait = self._idle_wait()
+                if wait is None or wait > 0:
+                    continue
+                job = Job(self, "refine acceptance (background)", jobs.refine_job, (), {})
+                job.background = True
+                with self._lock:
+                    if self._pending:  # a job arrived just now: it goes first (submit() checks under this lock)
+                        continue
+                    self._current = job
+                    self._activity = {"message": "background: starting", "fraction": None, "step": None}
+                self._execute(job)
+                continue
             if job is None:
                 return
+            if job is _WAKE:
+                continue
             with self._lock:
                 if job in self._pending:
                     self._pending.remove(job)
@@ -350,22 +400,28 @@ class Worker:
                     continue
                 self._current = job
                 self._activity = {"message": f"{job.name}: starting", "fraction": None, "step": None}
-            job.state, job.started_at = RUNNING, time.time()
-            try:
-                self._run(job)
-            except BaseException as exc:  # noqa: BLE001 - the worker must survive any job
-                if isinstance(exc, profiler.Stopped):
-                    job._finish(STOPPED)
-                else:
-                    if not isinstance(exc, (UserError, TreeError)):
-                        log.error("job %s (%s) failed:\n%s", job.id, job.name, traceback.format_exc())
-                    self.last_error = f"{job.name}: {exc}"
-                    _release_device_memory()  # e.g. after an out-of-memory error
-                    job._finish(FAILED, exc)
-            finally:
-                with self._lock:
-                    self._current = None
-                    self._activity = {"message": "idle", "fraction": None, "step": None}
+            self._execute(job)
+
+    def _execute(self, job: Job) -> None:
+        """Run one job on this thread (the worker's current job is set) and record how it ended."""
+        job.state, job.started_at = RUNNING, time.time()
+        try:
+            self._run(job)
+        except BaseException as exc:  # noqa: BLE001 - the worker must survive any job
+            if isinstance(exc, profiler.Stopped):
+                job._finish(STOPPED)
+            else:
+                if not isinstance(exc, (UserError, TreeError)):
+                    log.error("job %s (%s) failed:\n%s", job.id, job.name, traceback.format_exc())
+                self.last_error = f"{job.name}: {exc}"
+                _release_device_memory()  # e.g. after an out-of-memory error
+                job._finish(FAILED, exc)
+        finally:
+            with self._lock:
+                self._current = None
+                self._activity = {"message": "idle", "fraction": None, "step": None}
+            if not job.background:
+                self._last_user_activity = time.monotonic()
 
     def _run(self, job: Job) -> None:
         ctx = JobContext(self, job)

@@ -30,3 +30,12 @@ def _default_dtype_unchanged():
     if leaked != torch.float32:
         torch.set_default_dtype(torch.float32)
         pytest.fail(f"torch's default dtype was left as {leaked}")
+
+
+@pytest.fixture(autouse=True)
+def _no_background_units(monkeypatch):
+    """Workers measure interpolated settings after a long idle (engine/refine.py): tests that are
+    not about it must not find a background unit running on their worker (tests/test_refine.py
+    shortens the wait)."""
+    from engine import refine
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 1e6)

@@ -1,0 +1,152 @@
+"""Measuring interpolated settings for real, in the background (issue 15, item 3).
+
+A plan at settings with no measured acceptance vector starts at once from one interpolated between
+measured settings (engine/interpolation.py), labelled so. The worker remembers those settings and,
+while it has nothing else to do, measures them by replay (engine/replay.py) on the shipped
+measurement prompts (assets/measurement-prompts.json: code and prose), one prompt per background
+unit. When every prompt is in, the code, prose and pooled vectors go into the acceptance cache,
+as `python -m engine measure --replay --by-domain` would write them; later plans at those
+settings read the measured vector (with its positions) instead of the interpolated one.
+
+Rules:
+- Only settings that a plan actually used an interpolated vector for; at most MAX_WANTED are
+  remembered (the oldest is dropped), and settings measured meanwhile by other means are skipped.
+- A unit starts only after IDLE_SECONDS with no job and no quick plan (a slider move); it takes
+  ~12 s on the embedded pair here. Any job submitted while a unit runs stops it at its next
+  decoding step, forward or replayed position (the unit's prompt is measured again later): the
+  background delays a user's job by at most one of those, and never runs beside one, so timings
+  stay honest.
+- A unit that fails drops its settings (logged); nothing else changes.
+- Off with Worker(refine_in_background=False) or `python app.py --no-background-refine`.
+Exactness is untouched: a vector only decides which trees later steps use (ALGORITHM.md §7)."""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+
+from engine import profiler
+from engine.domains import pooled_vector
+from engine.prompts import MEASUREMENT_PROMPTS, prompt_set
+
+log = logging.getLogger(__name__)
+
+IDLE_SECONDS = 10.0      # idle time before a background unit starts
+MAX_WANTED = 4           # settings remembered at most
+TOKENS_PER_PROMPT = 96   # answer tokens replayed per prompt (24 prompts: ~2,300 positions)
+WIDTH = 16               # ranks measured, as the shipped vectors
+
+
+@dataclass
+class Wanted:
+    """Settings to measure, and the per-prompt vectors measured so far."""
+    key: str
+    temperature: float
+    top_p: float
+    top_k: int
+    sampler: str
+    done: dict = field(default_factory=dict)  # prompt index -> AcceptanceVector of that prompt
+
+    def label(self) -> str:
+        return f"T={self.temperature:g}, top-p={self.top_p:g}" + (f", top-k={self.top_k}" if self.top_k else "")
+
+
+def _prompts():
+    return [p for p in prompt_set(MEASUREMENT_PROMPTS) if p.kind in ("code", "prose")]
+
+
+def _key(pair, temperature: float, top_p: float, top_k: int, sampler: str) -> str:
+    return profiler.acceptance_key(pair, sampler, temperature, top_p, WIDTH, top_k, "")
+
+
+class Refiner:
+    """The settings waiting for a background measurement; thread-safe (plans note settings on
+    the worker thread and on callers' threads)."""
+
+    def __init__(self):
+        self._wanted: OrderedDict[str, Wanted] = OrderedDict()
+        self._lock = threading.Lock()
+        self.message = ""   # what the running unit does, for the status line
+
+    def want(self, pair, settings, sampler: str) -> bool:
+        """Remember these settings (a plan used an interpolated vector for them); True if new."""
+        key = _key(pair, settings.temperature, settings.top_p, settings.top_k, sampler)
+        with self._lock:
+            if key in self._wanted:
+                return False
+            self._wanted[key] = Wanted(key, float(settings.temperature), float(settings.top_p),
+                                       int(settings.top_k), sampler)
+            while len(self._wanted) > MAX_WANTED:
+                self._wanted.popitem(last=False)
+        return True
+
+    def pending(self) -> list[Wanted]:
+        with self._lock:
+            return list(self._wanted.values())
+
+    def drop(self, key: str) -> None:
+        with self._lock:
+            self._wanted.pop(key, None)
+
+    def _next(self, pair) -> Wanted | None:
+        """The oldest wanted settings of this pair that still have no measured vector."""
+        for wanted in self.pending():
+            if wanted.key != _key(pair, wanted.temperature, wanted.top_p, wanted.top_k, wanted.sampler):
+                self.drop(wanted.key)  # noted for another pair (or other kernels)
+            elif profiler.cached_acceptance(pair, wanted.temperature, wanted.top_p, wanted.sampler,
+                                            top_k=wanted.top_k) is not None:
+                self.drop(wanted.key)  # measured meanwhile (the Planner tab, the CLI)
+            else:
+                return wanted
+        return None
+
+    def has_work(self, pair) -> bool:
+        return pair is not None and bool(self.pending())
+
+    def run_unit(self, pair, should_stop, progress=None) -> list | None:
+        """Measure one prompt of the oldest wanted settings. Returns the vectors saved when that
+        completed the settings, else None. Raises profiler.Stopped when stopped."""
+        from engine.replay import replay_acceptance
+        wanted = self._next(pair)
+        if wanted is None:
+            return None
+        prompts = _prompts()
+        index = next(i for i in range(len(prompts)) if i not in wanted.done)
+        prompt = prompts[index]
+        self.message = (f"background: measuring acceptance at {wanted.label()} for later plans "
+                        f"(prompt {len(wanted.done) + 1}/{len(prompts)}; any job goes first)")
+        if progress:
+            progress(None, self.message)
+        try:
+            vec = replay_acceptance(pair, [prompt.text], wanted.temperature, wanted.top_p, wanted.sampler, WIDTH,
+                                    tokens_per_prompt=TOKENS_PER_PROMPT, seed=index, top_k=wanted.top_k,
+                                    domain=prompt.kind, should_stop=should_stop)
+        except profiler.Stopped:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the background must never disturb the user's work
+            log.warning("background acceptance measurement at %s dropped: %s", wanted.label(), exc)
+            self.drop(wanted.key)
+            return None
+        finally:
+            self.message = ""
+        wanted.done[index] = vec
+        log.info("background acceptance at %s: prompt %d/%d measured (%d positions, %.1f s)", wanted.label(),
+                 len(wanted.done), len(prompts), vec.positions, vec.seconds)
+        if len(wanted.done) < len(prompts):
+            return None
+        self.drop(wanted.key)
+        return _save(pair, [wanted.done[i] for i in range(len(prompts))])
+
+
+def _save(pair, per_prompt: list) -> list:
+    """Per-prompt vectors -> the code, prose and pooled vectors, written to the acceptance cache."""
+    saved = []
+    for domain in ("code", "prose"):
+        parts = [v for v in per_prompt if v.domain == domain]
+        if parts:
+            saved.append(replace(pooled_vector(parts), domain=domain))
+    saved.append(pooled_vector(per_prompt))
+    for vec in saved:
+        vec.source = str(profiler.save_acceptance(pair, vec))
+    return saved

@@ -1,0 +1,191 @@
+"""Background measurement of the settings a plan had to interpolate a vector for (engine/refine.py)."""
+import threading
+import time
+
+import pytest
+
+from engine import profiler, refine
+from engine.planning import MethodSpec
+from engine.prompts import Prompt
+from engine.settings import Settings
+from engine.worker import DONE, Worker
+from tests.tiny import tiny_pair_dirs
+
+SPEC = MethodSpec("sequoia", budget=8, depth=4)
+BETWEEN = Settings(temperature=0.75)  # between the two measured temperatures below: interpolated
+
+
+def _vec(pair, T, probs):
+    return profiler.AcceptanceVector(probs, 1 - sum(probs), 100, [0.01] * len(probs), pair.draft_name,
+                                     pair.target_name, "sequoia", T, 1.0, len(probs), 3, "2026", source=f"m{T}")
+
+
+@pytest.fixture
+def worker(tmp_path, monkeypatch):
+    """A worker on a tiny pair whose private cache holds vectors measured at T = 0.5 and 1.0;
+    background units measure two short prompts after 0.2 s idle."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(refine, "TOKENS_PER_PROMPT", 8)
+    monkeypatch.setattr(refine, "_prompts", lambda: [Prompt("c", "code", "def f(x): return x"),
+                                                     Prompt("p", "prose", "a tree of tokens grows")])
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(profile_on_load=False)
+    w.load(str(draft), str(target), "cpu", "float32").wait(120)
+    for T, probs in ((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2])):
+        profiler.save_acceptance(w.pair, _vec(w.pair, T, probs))
+    yield w
+    w.close()
+
+
+def _wait(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.05)
+
+
+def test_settings_planned_from_an_interpolated_vector_are_measured_while_idle(worker):
+    first = worker.quick_plan(SPEC, BETWEEN)
+    assert "INTERPOLATED" in first.acceptance_note
+    _wait(lambda: worker.cached_acceptance(0.75) is not None)
+    pooled = worker.cached_acceptance(0.75)
+    code = profiler.cached_acceptance(worker.pair, 0.75, domain="code")
+    prose = profiler.cached_acceptance(worker.pair, 0.75, domain="prose")
+    assert code.method == prose.method == pooled.method == "replay"
+    assert pooled.positions == code.positions + prose.positions > 0 and pooled.prompts == 2
+    assert pooled.temperature == 0.75 and pooled.sampler == "sequoia"
+    again = worker.quick_plan(SPEC, BETWEEN)
+    assert again.exact and "INTERPOLATED" not in again.acceptance_note and "measured over" in again.acceptance_note
+    _wait(lambda: not worker.refiner.pending() and worker.current is None)
+    assert worker.status()["state"] == "idle"
+
+
+def test_a_submitted_job_stops_a_background_unit_and_goes_first(worker, monkeypatch):
+    started, calls, order = threading.Event(), [], []
+
+    def slow_replay(pair, prompts, T, top_p, sampler, width, tokens_per_prompt, seed, top_k, domain, should_stop):
+        calls.append(seed)
+        started.set()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(calls) == 1:  # the first unit runs until stopped
+            if should_stop():
+                order.append("unit stopped")
+                raise profiler.Stopped("measurement stopped")
+            time.sleep(0.01)
+        vec = _vec(pair, T, [0.5, 0.2] + [0.0] * (width - 2))  # as wide as asked: the cache key has the width
+        vec.domain, vec.method = domain, "replay"
+        return vec
+
+    monkeypatch.setattr("engine.replay.replay_acceptance", slow_replay)
+    worker.quick_plan(SPEC, BETWEEN)
+    assert started.wait(30)
+    status = worker.status()  # the unit shows, but the worker counts as idle
+    assert status["state"] == "idle" and "background" in status["message"] and "T=0.75" in status["message"]
+    job = worker.submit("user job", lambda ctx: order.append("user job") or 7)
+    assert job.wait(30) == 7 and job.state == DONE
+    assert order[:2] == ["unit stopped", "user job"]
+    # the stopped prompt is measured again later, and the settings complete
+    _wait(lambda: worker.cached_acceptance(0.75) is not None)
+    assert calls[:2] == [0, 0] and sorted(set(calls)) == [0, 1]
+
+
+def test_a_failing_unit_drops_its_settings_and_leaves_the_worker_alone(worker, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("engine.replay.replay_acceptance", broken)
+    worker.quick_plan(SPEC, BETWEEN)
+    _wait(lambda: not worker.refiner.pending())
+    assert worker.cached_acceptance(0.75) is None and worker.last_error is None
+    job = worker.generate("hello", SPEC, Settings(temperature=0.75, max_new_tokens=4))
+    job.wait(60)
+    assert job.state == DONE
+
+
+def test_switched_off_nothing_is_remembered_or_measured(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 0.05)
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(profile_on_load=False, refine_in_background=False)
+    try:
+        w.load(str(draft), str(target), "cpu", "float32").wait(120)
+        for T, probs in ((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2])):
+            profiler.save_acceptance(w.pair, _vec(w.pair, T, probs))
+        assert "INTERPOLATED" in w.quick_plan(SPEC, BETWEEN).acceptance_note
+        time.sleep(0.5)
+        assert w.refiner is None and w.cached_acceptance(0.75) is None
+    finally:
+        w.close()
+
+
+def test_refiner_remembers_each_setting_once_and_at_most_a_few(worker):
+    refiner, pair = refine.Refiner(), worker.pair
+    assert refiner.want(pair, Settings(temperature=0.6), "sequoia")
+    assert not refiner.want(pair, Settings(temperature=0.6), "sequoia")
+    for i in range(refine.MAX_WANTED + 2):
+        refiner.want(pair, Settings(temperature=0.61 + i / 100), "sequoia")
+    kept = refiner.pending()
+    assert len(kept) == refine.MAX_WANTED and kept[-1].temperature == pytest.approx(0.61 + (refine.MAX_WANTED + 1) / 100)
+
+
+def test_replay_stops_inside_a_prompt(worker):
+    """A stop asked for mid-answer ends the measurement at the next decoding step, not after the prompt."""
+    from engine.replay import replay_acceptance
+    asked = []
+
+    def should_stop():
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(profiler.Stopped):
+        replay_acceptance(worker.pair, ["a tree of tokens"], 0.75, tokens_per_prompt=64, should_stop=should_stop)
+    assert 3 < len(asked) < 10
+
+
+def test_app_flag_turns_the_background_off(monkeypatch):
+    """`python app.py --no-background-refine` builds its page around a worker without a refiner."""
+    import importlib.util
+    from pathlib import Path
+
+    import app as app_package
+    spec = importlib.util.spec_from_file_location("sequoia_app_main", Path(__file__).resolve().parents[1] / "app.py")
+    main = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(main)
+    assert main.parse_args([]).background_refine is True
+    args = main.parse_args(["--no-background-refine"])
+    seen = {}
+
+    def create_app(*a, worker=None, **k):
+        seen["worker"] = worker
+        return None, None
+
+    monkeypatch.setattr(app_package, "create_app", create_app)
+    main.build(args)
+    try:
+        assert seen["worker"] is not None and seen["worker"].refiner is None
+    finally:
+        seen["worker"].close()
+    main.build(main.parse_args([]))
+    assert seen["worker"] is None  # create_app makes the default worker: background on
+
+
+def test_slider_moves_postpone_the_background(worker, monkeypatch):
+    """Quick plans (what a slider move asks for) count as activity: no unit starts while they come."""
+    started = []
+
+    def replay(*args, **kwargs):
+        started.append(time.monotonic())
+        raise profiler.Stopped("not needed")
+
+    monkeypatch.setattr("engine.replay.replay_acceptance", replay)
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 0.5)
+    until = time.monotonic() + 1.5
+    while time.monotonic() < until:
+        worker.quick_plan(SPEC, BETWEEN)
+        last_move = time.monotonic()
+        time.sleep(0.1)
+    assert not started
+    _wait(lambda: started)
+    assert started[0] - last_move >= 0.45
