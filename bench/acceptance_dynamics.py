@@ -51,8 +51,9 @@ def measure_ranks(path: Path) -> None:
                       torch.device("cpu"))
         ranks = []
         for j in range(len(answer)):
-            top, token = sampling.top_tokens(q[j], 16), int(torch.argmax(p[j]))
-            ranks.append(top.index(token) + 1 if token in top else 0)
+            # the engine's own greedy verifier over the draft's 16 most likely: what a 16-wide star accepts
+            verdict = sampling.verify_greedy(int(torch.argmax(p[j])), sampling.top_tokens(q[j], 16))
+            ranks.append(0 if verdict.accepted is None else verdict.accepted + 1)
         out.append({"domain": item["kind"], "ranks": ranks})
         print(i, item["kind"], len(ranks), sum(r == 1 for r in ranks) / max(1, len(ranks)), flush=True)
     path.write_text(json.dumps(out))
