@@ -67,7 +67,6 @@ class Refiner:
     def __init__(self):
         self._wanted: OrderedDict[str, Wanted] = OrderedDict()
         self._lock = threading.Lock()
-        self.message = ""   # what the running unit does, for the status line
 
     def want(self, pair, settings, sampler: str) -> bool:
         """Remember these settings (a plan used an interpolated vector for them); True if new."""
@@ -114,10 +113,9 @@ class Refiner:
         prompts = _prompts()
         index = next(i for i in range(len(prompts)) if i not in wanted.done)
         prompt = prompts[index]
-        self.message = (f"background: measuring acceptance at {wanted.label()} for later plans "
-                        f"(prompt {len(wanted.done) + 1}/{len(prompts)}; any job goes first)")
-        if progress:
-            progress(None, self.message)
+        if progress:  # the status line shows it (engine/worker.py)
+            progress(None, f"background: measuring acceptance at {wanted.label()} for later plans "
+                           f"(prompt {len(wanted.done) + 1}/{len(prompts)}; any job goes first)")
         try:
             vec = replay_acceptance(pair, [prompt.text], wanted.temperature, wanted.top_p, wanted.sampler, WIDTH,
                                     tokens_per_prompt=TOKENS_PER_PROMPT, seed=index, top_k=wanted.top_k,
@@ -128,8 +126,6 @@ class Refiner:
             log.warning("background acceptance measurement at %s dropped: %s", wanted.label(), exc)
             self.drop(wanted.key)
             return None
-        finally:
-            self.message = ""
         wanted.done[index] = vec
         log.info("background acceptance at %s: prompt %d/%d measured (%d positions, %.1f s)", wanted.label(),
                  len(wanted.done), len(prompts), vec.positions, vec.seconds)
