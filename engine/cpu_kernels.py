@@ -9,7 +9,9 @@ reading the weights. `fast` packs every linear once, at load time, keeping one c
   for every layer whose weights float16 holds exactly (checkpoints stored as float16, like the
   embedded pair); other layers get oneDNN's pre-packed float32 weights. Both keep a row's output
   independent of the other rows of the call (tests/test_cpu_kernels.py), which is what makes the
-  tree forward score each token exactly as the autoregressive forward does (ALGORITHM.md §7).
+  tree forward score each token exactly as the autoregressive forward does (ALGORITHM.md §7);
+  for float16 on CPUs whose micro-kernels round differently by row count (AVX2), only because
+  calls are padded to row counts that agree (engine/fp16_rows.py).
 - draft (`draft_weights`): 4-bit NF4 weights with bfloat16 activations where bitsandbytes' CPU
   kernel runs (AVX512-BF16; engine/nf4.py): half the int8 draft's bytes, and the draft is bound
   by the bytes it reads; else int8 weights with dynamically quantised activations (fbgemm), whose
@@ -30,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from engine import nf4, nf4_cache
+from engine import fp16_rows, nf4, nf4_cache
 from engine.errors import UserError
 
 KERNEL_CHOICES = ("fast", "default")
@@ -83,7 +85,7 @@ class PackedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float().contiguous()
         if self.kind == "fp16":
-            out = torch.ops.quantized.linear_dynamic_fp16(flat, self._packed)
+            out = fp16_rows.linear(self._packed, flat)  # padded where the CPU's micro-kernels differ by rows
         elif self.kind == "int8":
             out = torch.ops.quantized.linear_dynamic(flat, self._packed, True)  # reduce_range: safe on AVX2
         else:
@@ -169,11 +171,12 @@ class KernelReport:
     head: str = "full"          # or how the draft's output head was pruned
     head_tokens: int | None = None  # tokens the pruned head scores (None: the full head)
     nf4_cache: str | None = None    # NF4 draft: 'read' from disk, 'stored' after quantising, 'none' (not writable)
+    fp16_row_padding: str | None = None  # float16 linears: which row counts are padded (engine/fp16_rows.py)
 
     def to_dict(self) -> dict:
         return {"role": self.role, "mode": self.mode, "linears": dict(self.linears), "embedding": self.embedding,
                 "packed_bytes": self.packed_bytes, "packed_parameters": self.packed_parameters, "head": self.head,
-                "head_tokens": self.head_tokens, "nf4_cache": self.nf4_cache}
+                "head_tokens": self.head_tokens, "nf4_cache": self.nf4_cache, "fp16_row_padding": self.fp16_row_padding}
 
 
 def couples_rows(report: dict) -> bool:
@@ -245,7 +248,7 @@ def release_freed_memory() -> None:
 def _kind(linear: torch.nn.Linear, role: str, draft_weights: str) -> str:
     if role == "draft":
         return "nf4" if draft_weights == "nf4" and nf4.fits(linear) else "int8"
-    return "fp16" if _fp16_exact(linear.weight) else "onednn"
+    return "fp16" if _fp16_exact(linear.weight) and fp16_rows.usable() else "onednn"
 
 
 def _packed(linear: torch.nn.Linear, kind: str, parts: dict | None = None) -> torch.nn.Module:
@@ -302,6 +305,8 @@ def pack(model: torch.nn.Module, role: str, head_ids: tuple[list[int], str] | No
         report.packed_bytes += packed.packed_bytes
         report.packed_parameters += ((0 if linear.weight is embedding_weight else linear.weight.numel())
                                      + (0 if linear.bias is None else linear.bias.numel()))
+    if report.linears.get("fp16"):
+        report.fp16_row_padding = fp16_rows.padding_summary()
     embedding = model.get_input_embeddings()
     half = type(embedding) is torch.nn.Embedding and _fp16_exact(embedding.weight)
     with torch.no_grad():  # norms, biases, rotary tables...: float32 like the activations
