@@ -28,6 +28,7 @@ PROBE_SHAPE = (128, 64)   # in, out features of the probe layer: the blocking is
 _lock = threading.Lock()
 _probe: tuple | None = None            # (packed weight, random rows, each row's reference output)
 _consistent: dict[int, bool] = {}
+_padded: dict[int, int | None] = {}    # m -> padded_rows(m): looked up on every float16 call
 
 
 def _run(packed, rows: torch.Tensor) -> torch.Tensor:
@@ -69,10 +70,9 @@ def usable() -> bool:
 def padded_rows(m: int) -> int | None:
     """The smallest consistent row count >= m (m itself where the kernel is row-independent);
     None when none is found within MAX_PADDING (then linear() runs reference-sized blocks)."""
-    for rows in range(m, m + MAX_PADDING + 1):
-        if consistent(rows):
-            return rows
-    return None
+    if m not in _padded:
+        _padded[m] = next((rows for rows in range(m, m + MAX_PADDING + 1) if consistent(rows)), None)
+    return _padded[m]
 
 
 def linear(packed, x: torch.Tensor) -> torch.Tensor:
