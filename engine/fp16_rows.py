@@ -47,7 +47,10 @@ def _get_probe(rows_needed: int) -> tuple:
         k, n = PROBE_SHAPE
         weight = torch.randn(n, k, generator=generator).half().float()  # exact in float16, like the target's
         packed = torch.ops.quantized.linear_prepack_fp16(weight, torch.randn(n, generator=generator))
-        rows = torch.randn(max(rows_needed, 64), k, generator=generator)
+        # room for padded_rows' look-ahead and, doubling, for later longer calls: each growth
+        # recomputes every row's reference, so a new prompt length must not cost one each time
+        held = 0 if _probe is None else _probe[1].shape[0]
+        rows = torch.randn(max(rows_needed + MAX_PADDING, 2 * held, 64), k, generator=generator)
         _probe = (packed, rows, _reference(packed, rows))
     return _probe
 
