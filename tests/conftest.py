@@ -39,3 +39,14 @@ def _no_background_units(monkeypatch):
     shortens the wait)."""
     from engine import refine
     monkeypatch.setattr(refine, "IDLE_SECONDS", 1e6)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pytest.ini): one process per physical core for the default suite, whose tests
+    each use one thread; the slow tests (`-m slow`) run in one process: each process would load
+    the real 4 GB pair (and the first load assembles and converts it)."""
+    marks = (config.option.markexpr or "").replace("not slow", "")
+    if "slow" in marks:
+        return 0
+    import psutil
+    return psutil.cpu_count(logical=False) or 1
