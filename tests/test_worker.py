@@ -259,15 +259,23 @@ def test_race_lanes_step_in_turn_and_match_their_own_runs(worker):
     assert alone[-1].token_ids == summaries["chain"]["token_ids"]
 
 
-def test_race_step_costs_stay_out_of_the_observed_costs_but_a_live_run_records_its_own(worker):
-    """A Race's lanes are slowed unevenly by a page drawing on the same cores: their seconds must
-    not bend the cost curve later plans read. A Live run's seconds are recorded."""
+def test_app_runs_stay_out_of_the_observed_costs_and_cli_runs_record_theirs(worker, capsys):
+    """A Race's lanes and a Live run are slowed (unevenly) by the page drawing them on the same
+    cores: their seconds must not bend the cost curve later plans read. The CLI's runs are
+    recorded (engine/commands/generate.py)."""
     from engine import observed, profiler
-    key = profiler.profile_key(worker._pair)
+    from engine.cli import main
+    pair = worker._pair
+    key = profiler.profile_key(pair)
     before = observed.load(key).steps
     settings = Settings(max_new_tokens=16, ignore_eos=True)
     specs = [("autoregressive", MethodSpec("ar")), ("chain", MethodSpec("chain", depth=3))]
     list(worker.race("hello world", specs, settings, learn=False).stream(timeout=120))
-    assert observed.load(key).steps == before
     steps(worker.generate("hello world", MethodSpec("chain", depth=3), settings, learn=False))
+    assert observed.load(key).steps == before
+    target = pair.target.name_or_path
+    assert main(["generate", "--draft", pair.draft.name_or_path, "--target", target, "--device", "cpu",
+                 "--dtype", "float32", "--method", "chain", "--depth", "3", "--max-new-tokens", "16",
+                 "--ignore-eos", "--no-learn", "--prompt", "hello world"]) == 0
+    capsys.readouterr()
     assert observed.load(key).steps > before

@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from engine import methods
+from engine import methods, observed, profiler
 from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_args, print_json,
                                     settings_from_args)
 from engine.decoding import Decoder, make_generator
@@ -63,6 +63,16 @@ def method_from_args(args, pair, settings, learn: bool = False):
     return plan.method, plan
 
 
+def record_costs(pair, events, settings) -> None:
+    """What the steps cost goes into the observations that correct the device profile
+    (engine/observed.py). Only the CLI's runs: nothing else runs in its process, unlike the
+    app's Live and Race runs, whose page renders on the same cores (engine/jobs.py)."""
+    try:
+        observed.record_run(profiler.profile_key(pair), profiler.cached_profile(pair), events, not settings.greedy)
+    except OSError as exc:  # a read-only cache must not fail the run
+        log.warning("could not record observed step costs: %s", exc)
+
+
 def load_tree_file(path: str) -> Tree:
     try:
         data = Path(path).read_bytes()
@@ -90,6 +100,7 @@ def run(args) -> int:
             replan.observe(event)  # between steps: the next tree depends on finished steps only
             events.append(event)
         replan.finish()
+        record_costs(pair, events, settings)
         samples.append(events[-1].token_ids)
         if first_events is None:
             first_events = events
