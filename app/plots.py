@@ -64,15 +64,15 @@ def tree_layout(parents: tuple[int, ...]) -> tuple[tuple[float, float], ...]:
     return tuple((float(depth[i]), -y[i]) for i in range(len(parents)))
 
 
-def _edge_trace(parents, pos) -> go.Scatter:
+def _edge_trace(parents, pos) -> dict:
     """Every parent-child edge as one thin line trace (None breaks the line between edges)."""
     ex, ey = [], []
     for i, p in enumerate(parents):
         if p >= 0:
             ex += [pos[p][0], pos[i][0], None]
             ey += [pos[p][1], pos[i][1], None]
-    return go.Scatter(x=ex, y=ey, mode="lines", line=dict(color=EDGE, width=1.2), hoverinfo="skip",
-                      showlegend=False, name="edges")
+    return dict(type="scatter", x=ex, y=ey, mode="lines", line=dict(color=EDGE, width=1.2), hoverinfo="skip",
+                showlegend=False, name="edges")
 
 
 def _leaves(parents) -> int:
@@ -94,18 +94,34 @@ def _fmt_prob(p) -> str:
     return "—" if p is None else (f"{p:.3f}" if p >= 0.001 else f"{p:.1e}")
 
 
+def _layout(height: int, title: str | None = None, **extra) -> dict:
+    out = dict(height=height, margin=dict(l=8, r=8, t=44 if title else 16, b=8), uirevision=UIREVISION,
+               paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(color=FONT, size=12),
+               hoverlabel=dict(font=dict(size=12), align="left"), **extra)
+    if title:
+        out["title"] = dict(text=title, x=0.01, xanchor="left", font=dict(size=13))
+    return out
+
+
 def _base_layout(fig: go.Figure, height: int, title: str | None = None, **extra) -> go.Figure:
-    fig.update_layout(
-        height=height, margin=dict(l=8, r=8, t=44 if title else 16, b=8), uirevision=UIREVISION,
-        paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(color=FONT, size=12),
-        hoverlabel=dict(font_size=12, align="left"),
-        title=dict(text=title, x=0.01, xanchor="left", font=dict(size=13)) if title else None, **extra)
+    fig.update_layout(**{"title": None, **_layout(height, title, **extra)})  # no title: an empty one
     return fig
 
 
 def _hidden_axes(fig: go.Figure, x_range, y_range) -> None:
-    fig.update_xaxes(visible=False, range=list(x_range), fixedrange=False)
-    fig.update_yaxes(visible=False, range=list(y_range), fixedrange=False)
+    fig.update_xaxes(**_hidden_axis(x_range))
+    fig.update_yaxes(**_hidden_axis(y_range))
+
+
+def _hidden_axis(value_range) -> dict:
+    return dict(visible=False, range=list(value_range), fixedrange=False)
+
+
+def _figure(traces: list[dict], layout: dict) -> go.Figure:
+    """A figure from plain trace and layout dicts, without plotly's property validation: it took
+    ~30 ms of Python per tree figure, drawn every step beside the decoder (bench/live_render_cost.py).
+    tests/test_plots.py validates what these functions build, so a misspelt property still fails."""
+    return go.Figure(data=traces, layout=layout, _validate=False)
 
 
 def _sizes(n: int) -> int:
@@ -176,16 +192,16 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
         pos.append((px + 0.5, _gap_between_edges(py, kids)) if kids else (px + 1, py))
     path = list(event.accepted_path)
     bonus = next((n for n in nodes if n.status == "bonus"), None)
-    fig = go.Figure()
-    fig.add_trace(_edge_trace(parents, pos))
+    traces = [_edge_trace(parents, pos)]
     px_, py_ = [pos[v][0] for v in path], [pos[v][1] for v in path]
-    fig.add_trace(go.Scatter(x=px_, y=py_, mode="lines", line=dict(color=STATUS_COLORS["accepted"], width=6),
-                             hoverinfo="skip", showlegend=False, name="accepted path"))
+    traces.append(dict(type="scatter", x=px_, y=py_, mode="lines",
+                       line=dict(color=STATUS_COLORS["accepted"], width=6), hoverinfo="skip", showlegend=False,
+                       name="accepted path"))
     if bonus is not None:
         b = pos[bonus.index] if bonus.index < len(pos) else pos[-1]
-        fig.add_trace(go.Scatter(x=[pos[bonus.parent][0], b[0]], y=[pos[bonus.parent][1], b[1]], mode="lines",
-                                 line=dict(color=STATUS_COLORS["bonus"], width=2.5, dash="dot"),
-                                 hoverinfo="skip", showlegend=False, name="bonus edge"))
+        traces.append(dict(type="scatter", x=[pos[bonus.parent][0], b[0]], y=[pos[bonus.parent][1], b[1]],
+                           mode="lines", line=dict(color=STATUS_COLORS["bonus"], width=2.5, dash="dot"),
+                           hoverinfo="skip", showlegend=False, name="bonus edge"))
     crowded = _leaves(parents) > label_limit
     on_path = set(path)
     size = _sizes(len(nodes))
@@ -194,21 +210,23 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
         labels = [show_token(n.text) if (not crowded or n.index in on_path or n.status == "bonus") else ""
                   for n in group]
         on_top = status in ("accepted", "root", "bonus")  # the thick path would hide a label on the right
-        fig.add_trace(go.Scatter(
+        trace = dict(
+            type="scatter",
             x=[pos[n.index][0] for n in group] or [None], y=[pos[n.index][1] for n in group] or [None],
-            mode="markers+text", name=STATUS_LABELS[status], text=labels if group else None,
+            mode="markers+text", name=STATUS_LABELS[status],
             textposition="top center" if on_top else "middle right",
             textfont=dict(size=13 if on_top else (12 if not crowded else 11),
                           color=STATUS_COLORS[status] if on_top else FONT),
             marker=dict(color=STATUS_COLORS[status], size=size if status != "root" else size + 4,
                         line=dict(color="rgba(255,255,255,0.8)", width=1.5 if size > 11 else 0),
                         symbol="diamond" if status == "bonus" else "circle"),
-            hovertext=[_node_hover(n, parents, greedy, sampler) for n in group] if group else None,
-            hoverinfo="text", cliponaxis=False, meta=status))
+            hoverinfo="text", cliponaxis=False, meta=status)
+        if group:
+            trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler) for n in group])
+        traces.append(trace)
     right = max(x for x, _ in pos)
     ys = [y for _, y in pos]
     pad = max(0.6, 0.04 * (max(ys) - min(ys)))
-    _hidden_axes(fig, (-0.3, right + 0.95), (min(ys) - pad, max(ys) + pad))
     if title is None:
         accepted = len(path) - 1
         new = len(event.new_token_ids)
@@ -216,8 +234,8 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
         title = (f"Step {event.step}: {accepted} drafted token{'s' if accepted != 1 else ''} accepted"
                  f"{' + 1 bonus' if bonus is not None else ''} → {new} new{cut} · "
                  f"tree of {plural(len(parents), 'node')}, {plural(int(depth_max) + 1, 'level')}")
-    _base_layout(fig, height, title, showlegend=False)
-    return fig
+    return _figure(traces, _layout(height, title, showlegend=False, xaxis=_hidden_axis((-0.3, right + 0.95)),
+                                   yaxis=_hidden_axis((min(ys) - pad, max(ys) + pad))))
 
 
 def plan_figure(tree, acceptance=None, title: str | None = None, height: int | None = None) -> go.Figure:
@@ -283,7 +301,7 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
                       planned_name: str = "planned (measured vector)", posterior=None) -> go.Figure:
     """Bars per rank: the planned vector (indigo) beside what this run observed (green), and with
     learning the posterior (amber) the next steps are planned from."""
-    fig = go.Figure()
+    traces = []
     ranks = 0
     if planned is not None:
         ranks = max(ranks, len(planned))
@@ -292,23 +310,25 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
     ranks = min(ranks, 16) or 1
     xs = list(range(1, ranks + 1))
     if planned is not None:
-        err = dict(type="data", array=list(ci)[:ranks], visible=True, color=FONT, thickness=1) if ci else None
-        fig.add_trace(go.Bar(x=xs, y=list(planned)[:ranks], name=planned_name, marker_color=PLANNED,
-                             error_y=err, hovertemplate="rank %{x}: P = %{y:.3f}<extra>planned</extra>"))
+        traces.append(dict(type="bar", x=xs, y=list(planned)[:ranks], name=planned_name, marker=dict(color=PLANNED),
+                           hovertemplate="rank %{x}: P = %{y:.3f}<extra>planned</extra>"))
+        if ci:
+            traces[-1]["error_y"] = dict(type="data", array=list(ci)[:ranks], visible=True, color=FONT, thickness=1)
     if observed:
         obs = observed[:ranks]
-        fig.add_trace(go.Bar(
-            x=xs, y=[h / n if n else None for h, n in obs], name="observed in this run",
-            marker_color=STATUS_COLORS["accepted"], customdata=[[h, n] for h, n in obs],
+        traces.append(dict(
+            type="bar", x=xs, y=[h / n if n else None for h, n in obs], name="observed in this run",
+            marker=dict(color=STATUS_COLORS["accepted"]), customdata=[[h, n] for h, n in obs],
             hovertemplate="rank %{x}: %{customdata[0]} of %{customdata[1]} = %{y:.3f}<extra>observed</extra>"))
     if posterior is not None:
-        fig.add_trace(go.Bar(x=xs, y=list(posterior)[:ranks], name="posterior (plans the next steps)",
-                             marker_color=POSTERIOR,
-                             hovertemplate="rank %{x}: P = %{y:.3f}<extra>posterior</extra>"))
-    fig.update_xaxes(title_text="rank among siblings", dtick=1, gridcolor=GRID)
-    fig.update_yaxes(title_text="P(rank accepted)", rangemode="tozero", gridcolor=GRID)
-    return _base_layout(fig, height, title, barmode="group", bargap=0.25,
-                        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0))
+        traces.append(dict(type="bar", x=xs, y=list(posterior)[:ranks], name="posterior (plans the next steps)",
+                           marker=dict(color=POSTERIOR),
+                           hovertemplate="rank %{x}: P = %{y:.3f}<extra>posterior</extra>"))
+    return _figure(traces, _layout(
+        height, title, barmode="group", bargap=0.25,
+        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0),
+        xaxis=dict(title=dict(text="rank among siblings"), dtick=1, gridcolor=GRID),
+        yaxis=dict(title=dict(text="P(rank accepted)"), rangemode="tozero", gridcolor=GRID)))
 
 
 # ---------------------------------------------------------------- planner charts

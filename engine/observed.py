@@ -2,7 +2,8 @@
 
 A profile is measured once; a machine's speed is not fixed (one profile taken while something
 else ran used to make the planner choose plain decoding until the user re-profiled by hand).
-Every decoding run therefore records what its steps cost - the target's verify seconds by tree
+Every CLI decoding run (`python -m engine generate`; not the app's Live and Race runs, whose page
+draws on the same cores: engine/jobs.py) therefore records what its steps cost - the target's verify seconds by tree
 size, the draft's seconds against what the profile predicted for that tree, and the rest of the
 step - and `corrected` blends these into the profile:
 
@@ -13,7 +14,7 @@ step - and `corrected` blends these into the profile:
 
 Only the most recent KEEP values per entry are kept, so the correction follows the machine.
 The first step of a run is skipped (one-off allocation costs). Stored next to the profile cache
-(cache_dir()/observed/<profile key>.json), written atomically."""
+(cache_dir()/observed-cli/<profile key>.json), written atomically."""
 from __future__ import annotations
 
 import copy
@@ -67,7 +68,9 @@ def _push(values: list[float], value: float) -> None:
 
 
 def _path(key: str):
-    return cache_dir() / "observed" / f"{key}.json"
+    # "observed-cli": the stores in "observed" also held the app's Live runs, whose page inflated
+    # the draft's seconds 1.8-2.8x (engine/jobs.py generate_job); they are left unread
+    return cache_dir() / "observed-cli" / f"{key}.json"
 
 
 def load(key: str) -> Observations:

@@ -165,3 +165,29 @@ def test_the_plan_line_says_once_what_learning_added():
     html = render.plan_line(plan)
     assert html.count("931") == 1 and "plan backed by 2462 positions (931 learned over 23 runs)" in html
     assert "over 1531 positions" in html and "a code prompt: the code vector" in html
+
+
+def _as_plotly_validates_it(fig):
+    """The figure's JSON after plotly's own validation, which raises on unknown properties and
+    rewrites shorthands (font_size -> font.size) that a browser would not understand."""
+    import plotly.graph_objects as go
+    return go.Figure(fig.to_dict()).to_plotly_json()
+
+
+def test_per_step_figures_built_without_validation_are_valid_plotly():
+    """tree_figure and acceptance_figure skip plotly's validation (app/plots.py _figure: it cost
+    ~30 ms a figure, every step): what they build must be what validation would leave unchanged."""
+    import pytest
+    ev = hand_made_event()
+    last = replace(ev, nodes=ev.nodes[:6], accepted_path=[0, 1], new_token_ids=[11])  # no bonus
+    figures = [plots.tree_figure(ev, greedy=True), plots.tree_figure(ev, greedy=False, title="t", height=300),
+               plots.tree_figure(last), plots.acceptance_figure(),
+               plots.acceptance_figure([0.5, 0.2], plots.observed_acceptance([ev]), ci=[0.1, 0.05]),
+               plots.acceptance_figure([0.5, 0.2], plots.observed_acceptance([ev]), posterior=[0.4, 0.3], title="x")]
+    for fig in figures:
+        assert _as_plotly_validates_it(fig) == fig.to_plotly_json()
+    broken = plots._figure([dict(type="scatter", x=[1], marker=dict(colour="red"))], {})
+    with pytest.raises(ValueError):  # the check catches a misspelt property
+        _as_plotly_validates_it(broken)
+    shorthand = plots._figure([], {"hoverlabel": {"font_size": 12}})
+    assert _as_plotly_validates_it(shorthand) != shorthand.to_plotly_json()  # and a shorthand
