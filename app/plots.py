@@ -369,7 +369,7 @@ def profile_figure(profile, height: int = 280, observed: dict | None = None) -> 
     seen = (observed or {}).get("target") or []
     if seen:
         fig.add_trace(go.Scatter(x=[r["n"] for r in seen], y=[r["observed_seconds"] / base for r in seen],
-                                 mode="markers", name="target, observed in runs",
+                                 mode="markers", name="target, observed in CLI runs",
                                  marker=dict(color=STATUS_COLORS["root"], symbol="x", size=10),
                                  customdata=[[r["observed_seconds"] * 1e3, r["samples"]] for r in seen],
                                  hovertemplate="n=%{x}: %{y:.2f}× (%{customdata[0]:.1f} ms, median of "

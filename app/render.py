@@ -180,7 +180,7 @@ def plan_line(result, running: bool = False) -> str:
 
 def profile_quality(prof, seen: dict | None) -> str:
     """How far to trust the profile: the load it saw, whether its repeats agreed, and what real
-    runs observed since (the planner blends those in: engine/observed.py)."""
+    CLI runs observed since (the planner blends those in: engine/observed.py)."""
     q = getattr(prof, "quality", None) or {}
     out = ""
     if q:
@@ -193,5 +193,5 @@ def profile_quality(prof, seen: dict | None) -> str:
                          + (f" vs {r['profiled_seconds'] * 1e3:.0f} profiled" if r.get("profiled_seconds") else "")
                          for r in seen["target"][:6])
         scale = ", ".join(f"{k} ×{v:.2f}" for k, v in (seen.get("draft_scale") or {}).items())
-        out += f" · **observed in {seen['steps']} steps:** {rows}" + (f"; draft cost vs profile {scale}" if scale else "")
+        out += f" · **observed in {seen['steps']} CLI steps:** {rows}" + (f"; draft cost vs profile {scale}" if scale else "")
     return out
