@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,16 +28,6 @@ from engine import cpu_kernels, nf4, profiler  # noqa: E402
 from engine.models import load_pair  # noqa: E402
 
 BYTES_PER_WEIGHT = {torch.float32: 4, torch.float16: 2, torch.bfloat16: 2}
-
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def weight_layers(model) -> list[tuple[str, torch.nn.Module, int]]:
@@ -60,7 +49,7 @@ def linears_row(label: str, model, rows: int, repeats: int) -> dict:
         with torch.inference_mode():
             for (_, m, _), x in zip(layers, inputs):
                 m(x)
-    seconds = median_seconds(sweep, repeats)
+    seconds = profiler.median_seconds(sweep, repeats)
     nbytes = sum(b for _, _, b in layers)
     return {"model": label, "rows": rows, "linears": len(layers), "gb": nbytes / 1e9,
             "linears_ms": seconds * 1e3, "gb_per_s": nbytes / seconds / 1e9}
@@ -76,8 +65,8 @@ def streaming(repeats: int) -> dict:
     a = torch.ones(256 * 1024 * 1024, dtype=torch.float16)  # 0.54 GB
     b = torch.empty_like(a)
     gb = a.numel() * 2 / 1e9
-    return {"sum_gb_per_s": gb / median_seconds(lambda: a.sum(), repeats),
-            "copy_gb_per_s": 2 * gb / median_seconds(lambda: b.copy_(a), repeats)}  # read + write
+    return {"sum_gb_per_s": gb / profiler.median_seconds(lambda: a.sum(), repeats),
+            "copy_gb_per_s": 2 * gb / profiler.median_seconds(lambda: b.copy_(a), repeats)}  # read + write
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -102,11 +102,11 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
 
     Its step costs are not recorded as observed costs (engine/observed.py; `python -m engine
     generate` records its own): the page renders every step in this process while the next step
-    runs (figures: ~70 ms of Python a step on the embedded pair), and the browser draws on the
-    same cores. Measured on a 2-core CPU: Live runs saw the draft at 1.8x (page through the API)
-    and 2.9x (in Chromium) its profiled seconds and the verify at 1.1-1.5x, and plans corrected by
-    them chose 2-level trees that lost the Race to the 4-level chain. Learning keeps the evidence
-    (which tokens were accepted does not depend on timing)."""
+    runs, and the browser draws on the same cores. Measured on a 2-core CPU
+    (bench/live-observed/): Live runs saw the draft at 1.8x (page through the API) and 2.8x (in
+    Chromium) its profiled seconds and the verify at 1.15-1.5x, and plans corrected by them chose
+    2-level trees that lost the Race to the 4-level chain. Learning keeps the evidence (which
+    tokens were accepted does not depend on timing)."""
     from engine.decoding import Decoder
     from engine.models import encode_prompt
     pair = ctx.pair

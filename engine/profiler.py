@@ -429,16 +429,18 @@ def sampling_seconds(vocab_size: int, device: torch.device, repeats: int = 5) ->
         verdict = sampling.verify_sequoia(p, q, [worst], gen)
         sampling.sample_token(verdict.residual if verdict.residual is not None else p, gen)
 
-    out = {}
-    for name, fn in (("draft_node", draft_node), ("target_node", target_node)):
+    return {"draft_node": median_seconds(draft_node, repeats), "target_node": median_seconds(target_node, repeats)}
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """Median wall seconds of `repeats` calls of fn, after one untimed call (warm-up)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
         fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        out[name] = statistics.median(times)
-    return out
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
 
 
 def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None = None, prefix_tokens: int = 128,
