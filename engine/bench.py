@@ -565,6 +565,11 @@ DEFINITIONS = {
               "(each run's first step is left out), so that the first prompt is planned from observed costs too",
     "tokens_per_step_interval_95": "a 95 % interval of tokens_per_step: block bootstrap over the runs' steps "
                                    "(blocks of 4 consecutive steps of one run, 2000 resamples)",
+    "tokens_per_second_geomean": "geometric mean over prompts of tokens/s (prompt_runs: the prompts, in the order "
+                                 "of every *_runs list); the goals that compare two methods' tokens/s (the best "
+                                 "swept tree, the best chain) use it: their ratio is the geometric mean of the "
+                                 "per-prompt ratios, so one prompt's easiness cannot flip the comparison as it can "
+                                 "the medians over a mix of code and prose prompts",
     "speedup_vs_ar": "median over prompts of tokens/s divided by autoregressive tokens/s on the same prompt, same run",
     "draft_seconds": "sum over prompts of the engine's draft timer (draft forwards + drafting children)",
     "verify_seconds": "sum over prompts of the engine's verify timer (one target forward per step)",
@@ -666,6 +671,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 "level_widths": tree.level_widths, "matched_to": s.matched_to,
                 "tokens_per_second": statistics.median(tps), "tokens_per_second_min": min(tps),
                 "tokens_per_second_max": max(tps), "tokens_per_second_runs": tps,
+                "tokens_per_second_geomean": bench_goals.geometric_mean(tps), "prompt_runs": [r["prompt"] for r in rs],
                 "tokens_per_step": yields / steps if steps else 0.0,
                 "truncated_tokens": sum(r.get("truncated_tokens", 0) for r in rs),
                 "tokens_per_step_runs": [r["tokens_per_step"] for r in rs],

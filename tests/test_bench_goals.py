@@ -1,0 +1,65 @@
+"""The benchmark's method-vs-method goals compare paired per-prompt ratios (engine/bench_goals.py)."""
+import math
+
+import pytest
+
+from engine import bench_goals
+
+
+def row(method, label, tps, prompts=None, **extra):
+    tps = list(tps)
+    return {"method": method, "label": label, "temperature": 0.0, "nodes": 8, "tokens_per_step": 3.0,
+            "tokens_per_second": sorted(tps)[len(tps) // 2], "tokens_per_second_runs": tps,
+            "prompt_runs": list(prompts if prompts is not None else range(len(tps))),
+            "other_fraction": 0.01, "by_kind": {}, **extra}
+
+
+def goal(goals, start):
+    found = [g for g in goals if g["goal"].startswith(start)]
+    assert len(found) == 1, [g["goal"] for g in goals]
+    return found[0]
+
+
+def test_geometric_mean():
+    assert bench_goals.geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert bench_goals.geometric_mean([]) is None
+    assert bench_goals.geometric_mean([1.0, 0.0]) is None  # not silently dropped
+
+
+def test_paired_ratio_pairs_prompts_not_medians():
+    # a is 10 % faster than b on every prompt; the prompts differ 3x in easiness, so the medians
+    # (middle prompts differ) would say a is 0.55x b
+    b = row("chain", "chain d=5", [2.0, 6.0, 6.5, 7.0], prompts=[0, 1, 2, 3])
+    a = row("sequoia-auto", "auto", [7.7, 7.15, 2.2, 6.6], prompts=[3, 2, 0, 1])
+    ratio, detail = bench_goals.paired_ratio(a, b)
+    assert ratio == pytest.approx(1.1)
+    assert "per prompt 1.10, 1.10, 1.10, 1.10" in detail
+
+
+def test_paired_ratio_uses_common_prompts_only():
+    a = row("sequoia", "x", [4.0, 9.0], prompts=[0, 5])
+    b = row("chain", "y", [2.0, 3.0], prompts=[0, 1])
+    assert bench_goals.paired_ratio(a, b)[0] == pytest.approx(2.0)
+
+
+def test_best_chain_and_best_swept_goals_use_the_paired_statistic():
+    ar = row("ar", "ar", [1.0, 1.0, 1.0])
+    chain = row("chain", "chain d=5", [3.0, 3.0, 3.0])
+    chain_lucky = row("chain", "chain d=7", [1.0, 3.1, 3.1])       # higher median, lower geomean
+    tree = row("sequoia", "sequoia n=8 d=8", [3.6, 3.6, 3.6])
+    auto = row("sequoia-auto", "sequoia-auto", [3.48, 3.48, 3.48])
+    goals = bench_goals.evaluate_goals([ar, chain, chain_lucky, tree, auto])
+    g = goal(goals, "T=0: Sequoia (hardware-aware, sequoia-auto) tokens/s >= 1.15x the best chain")
+    assert g["measured"] == pytest.approx(1.16) and g["met"]
+    assert "best chain chain d=5" in g["detail"]
+    g = goal(goals, "T=0: hardware-aware choice within 5 % of the best swept")
+    assert g["measured"] == pytest.approx(3.48 / 3.6) and g["met"]
+    assert "best sequoia n=8 d=8" in g["detail"]  # the fixed sweep, not the lane itself
+    g = goal(goals, "T=0: Sequoia (best swept, sequoia n=8 d=8) tokens/s >= 1.15x the best chain")
+    assert g["measured"] == pytest.approx(1.2)
+
+
+def test_reports_without_prompt_runs_pair_runs_in_order():
+    a, b = row("sequoia", "a", [2.0, 8.0]), row("chain", "b", [1.0, 2.0])
+    del a["prompt_runs"], b["prompt_runs"]
+    assert bench_goals.paired_ratio(a, b)[0] == pytest.approx(math.sqrt(2.0 * 4.0))
