@@ -63,3 +63,17 @@ def test_reports_without_prompt_runs_pair_runs_in_order():
     a, b = row("sequoia", "a", [2.0, 8.0]), row("chain", "b", [1.0, 2.0])
     del a["prompt_runs"], b["prompt_runs"]
     assert bench_goals.paired_ratio(a, b)[0] == pytest.approx(math.sqrt(2.0 * 4.0))
+
+
+def test_regoal_rejudges_a_saved_report():
+    """bench/regoal.py on the committed Xeon report (written before prompt_runs existed): the
+    hardware-aware plan is judged against the fixed 8-node chain, prompt by prompt."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "bench" / "regoal.py"), str(root / "bench" / "results-cpu-xeon.json")],
+                         capture_output=True, text=True, check=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("[met] T=0: hardware-aware choice within 5 %"))
+    assert "vs best sequoia n=8 d=8: per prompt 0.95, 0.85, 1.01, 0.77, 1.26, 1.26" in line
+    assert "medians over prompts 6.28 vs 7.36" in line
