@@ -2,7 +2,7 @@
 from the aggregated results, and from the loaded pair and its device profile."""
 from __future__ import annotations
 
-import math
+import statistics
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -10,8 +10,9 @@ if TYPE_CHECKING:
 
 
 def geometric_mean(xs) -> float | None:
+    """statistics.geometric_mean, or None where it is undefined (no values, or a value <= 0)."""
     xs = list(xs)
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs and min(xs) > 0 else None
+    return statistics.geometric_mean(xs) if xs and min(xs) > 0 else None
 
 
 def _by_prompt(r: dict) -> dict:
