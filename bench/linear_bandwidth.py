@@ -1,6 +1,6 @@
 """Where a forward's time goes on this CPU: the weights' bytes against the memory bandwidth.
 
-    .venv/bin/python bench/linear_bandwidth.py [--repeats 7] [--default-kernels] [--json OUT]
+    .venv/bin/python bench/linear_bandwidth.py [--repeats 7] [--default-kernels] [--threads 1,2] [--json OUT]
 
 On the embedded pair as loaded (fast CPU kernels; --default-kernels adds the float32 target of
 `--cpu-kernels default`): every linear layer of each model (the packed float16 / int8 / NF4 ones
@@ -10,7 +10,9 @@ linears' ms, their weight bytes, GB/s, and the whole one-token forward (tree-att
 a 128-token prefix, as the device profile times it), so forward - linears is what is not reading
 weights (norms, rotary, attention, the KV cache, Python). Beside them, what this machine streams:
 the sum of a 0.5 GB float16 tensor and a copy of it. Medians of --repeats; only meaningful on a
-quiet machine (the load average is printed)."""
+quiet machine (the load average is printed). --threads times the linears at each of these torch
+thread counts too (one core's bandwidth against all of them: a server CPU may stream far less
+per core than the machine can)."""
 from __future__ import annotations
 
 import argparse
@@ -41,7 +43,8 @@ def weight_layers(model) -> list[tuple[str, torch.nn.Module, int]]:
     return [x for x in out if not any(x[0].startswith(p + ".") for p, _, _ in out)]  # a pruned head's rows
 
 
-def linears_row(label: str, model, rows: int, repeats: int) -> dict:
+def linears_row(label: str, model, rows: int, repeats: int, threads: int) -> dict:
+    torch.set_num_threads(threads)
     layers = weight_layers(model)
     inputs = [torch.randn(rows, m.in_features) for _, m, _ in layers]  # every kernel here takes float32 in
 
@@ -51,7 +54,7 @@ def linears_row(label: str, model, rows: int, repeats: int) -> dict:
                 m(x)
     seconds = profiler.median_seconds(sweep, repeats)
     nbytes = sum(b for _, _, b in layers)
-    return {"model": label, "rows": rows, "linears": len(layers), "gb": nbytes / 1e9,
+    return {"model": label, "rows": rows, "threads": threads, "linears": len(layers), "gb": nbytes / 1e9,
             "linears_ms": seconds * 1e3, "gb_per_s": nbytes / seconds / 1e9}
 
 
@@ -73,8 +76,12 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--default-kernels", action="store_true", help="also the float32 target of --cpu-kernels default")
+    p.add_argument("--threads", help="comma-separated torch thread counts to time the linears at "
+                                     "(default: torch's own, here %(default)s)", default=str(torch.get_num_threads()))
     p.add_argument("--json", help="write the result here too")
     args = p.parse_args(argv)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    own_threads = torch.get_num_threads()
     load_before = os.getloadavg()
     result = {"machine": profiler.machine_description("cpu"), "threads": torch.get_num_threads(),
               "streaming": streaming(args.repeats), "rows": [], "forward_ms": {}}
@@ -86,13 +93,18 @@ def main(argv: list[str] | None = None) -> dict:
         models.append(("target (default)", load_pair("default", "default", device="cpu",
                                                       cpu_kernels="default").target))
     for label, model in models:
+        torch.set_num_threads(own_threads)
         result["forward_ms"][label] = forward_ms(model, args.repeats)
         for rows in (1, 4):
-            r = linears_row(label, model, rows, args.repeats)
-            result["rows"].append(r)
-            extra = (f"; whole one-token forward {result['forward_ms'][label]:.1f} ms" if rows == 1 else "")
-            print(f"{label:17s} {rows} row{'s' if rows > 1 else ' '}: {r['linears']} linears, {r['gb']:.2f} GB "
-                  f"in {r['linears_ms']:.1f} ms = {r['gb_per_s']:.1f} GB/s{extra}")
+            for threads in thread_counts:
+                r = linears_row(label, model, rows, args.repeats, threads)
+                result["rows"].append(r)
+                extra = (f"; whole one-token forward {result['forward_ms'][label]:.1f} ms"
+                         if rows == 1 and threads == thread_counts[-1] else "")
+                print(f"{label:17s} {rows} row{'s' if rows > 1 else ' '} {threads} thread{'s' if threads > 1 else ' '}: "
+                      f"{r['linears']} linears, {r['gb']:.2f} GB in {r['linears_ms']:.1f} ms = {r['gb_per_s']:.1f} GB/s"
+                      f"{extra}")
+    torch.set_num_threads(own_threads)
     result["load_before"], result["load_after"] = load_before, os.getloadavg()
     print(f"load average before {load_before}, after {result['load_after']}")
     print(json.dumps(result))
