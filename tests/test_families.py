@@ -17,7 +17,7 @@ from engine.settings import Settings
 from engine.tree import Tree
 from tests.test_exactness import (DIST_CHARS, DIST_METHODS, assert_caches_hold, chi_square_pvalue,
                                   exact_two_token_distribution, fresh_logits, greedy_reference, shapes,
-                                  two_token_samples)
+                                  samples_until, two_token_samples)
 from tests.tiny import MATRIX, REFUSED, WINDOW, save_pair, tiny_pair
 
 MATRIX_TOKENS = 20
@@ -177,9 +177,11 @@ def test_top_k_test_fails_for_a_verifier_that_ignores_top_k(topk_pair, monkeypat
     monkeypatch.setattr(sampling, "target_distribution",
                         lambda logits, temperature, top_p=1.0, top_k=0: original(logits, temperature, top_p, 0))
     settings = Settings(temperature=1.0, top_k=TOP_K, max_new_tokens=2, ignore_eos=True, seed=11)
-    samples = two_token_samples(topk_pair, ids, DIST_METHODS["sequoia"], settings, DRAWS)
-    impossible = sum(1 for s in samples if exact.get(tuple(s), 0.0) == 0.0)  # outside the top-k
-    assert impossible > 0  # exact decoding never samples one (chi_square_pvalue refuses them outright)
+
+    def impossible(samples):  # outside the top-k
+        return sum(1 for s in samples if exact.get(tuple(s), 0.0) == 0.0)
+    samples = samples_until(topk_pair, ids, DIST_METHODS["sequoia"], settings, DRAWS, impossible, every=50)
+    assert impossible(samples) > 0  # exact decoding never samples one (chi_square_pvalue refuses them outright)
 
 
 def test_top_k_settings_are_validated():
