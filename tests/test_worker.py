@@ -36,10 +36,12 @@ def steps(job):
 
 def test_jobs_run_one_at_a_time_in_order():
     w = Worker()
-    spans, lock = [], threading.Lock()
+    spans, lock, checked = [], threading.Lock(), threading.Event()
 
     def slow(ctx, name):
         start = time.perf_counter()
+        if name == 0:
+            checked.wait(10)  # the first job holds the queue until the positions are read (no race with a slow machine)
         time.sleep(0.05)
         with lock:
             spans.append((name, start, time.perf_counter()))
@@ -47,6 +49,7 @@ def test_jobs_run_one_at_a_time_in_order():
 
     jobs = [w.submit(f"job{i}", slow, i) for i in range(4)]
     assert jobs[3].position >= 2  # waiting behind others
+    checked.set()
     assert [j.wait(10) for j in jobs] == [0, 1, 2, 3]
     assert [name for name, _, _ in spans] == [0, 1, 2, 3]
     for (_, _, end), (_, start, _) in zip(spans, spans[1:]):
