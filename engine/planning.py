@@ -56,9 +56,17 @@ def profile_budget(pair, asked: int = PROFILE_BUDGET) -> int:
     return min(asked, CPU_PROFILE_BUDGET) if pair.device.type == "cpu" else asked
 
 
-def table_for(acceptance, budget: int = MAX_BUDGET, depth: int = TABLE_DEPTH) -> PlanTable:
-    """The DP table for this vector, covering at least (budget, depth); memoised."""
-    return _table(tuple(float(x) for x in acceptance), max(budget, MAX_BUDGET), max(depth, TABLE_DEPTH))
+def table_for(acceptance, budget: int = MAX_BUDGET, depth: int = TABLE_DEPTH, shared: bool = True) -> PlanTable:
+    """The DP table for this vector, covering at least (budget, depth). shared (memoised): one
+    table as big as any ask (MAX_BUDGET x TABLE_DEPTH), which slider moves to other shapes reuse.
+    shared=False, for a vector used once (learning's between-step posterior): exactly (budget,
+    depth), not memoised: ~10 ms for 32 x 16 nodes/levels against ~165 ms for the shared table,
+    a cost every re-planned step paid. The tree for an (n, d) does not depend on the table's size
+    (tests/test_planner.py)."""
+    acc = tuple(float(x) for x in acceptance)
+    if not shared:
+        return PlanTable.build(list(acc), budget, depth)
+    return _table(acc, max(budget, MAX_BUDGET), max(depth, TABLE_DEPTH))
 
 
 def node_costs(prof, sampling: bool) -> tuple[float, float]:
@@ -70,9 +78,11 @@ def node_costs(prof, sampling: bool) -> tuple[float, float]:
     return (float(costs.get("draft_node", 0.0)), float(costs.get("target_node", 0.0)))
 
 
-def hardware_aware(acceptance, prof, max_budget: int, max_depth: int, sampling: bool = False) -> Choice:
-    """The (n <= max_budget, d <= max_depth) that maximises predicted tokens/s on the profiled device."""
-    table = table_for(acceptance, max_budget, max_depth)
+def hardware_aware(acceptance, prof, max_budget: int, max_depth: int, sampling: bool = False,
+                   shared: bool = True) -> Choice:
+    """The (n <= max_budget, d <= max_depth) that maximises predicted tokens/s on the profiled device.
+    shared: as table_for's."""
+    table = table_for(acceptance, max_budget, max_depth, shared)
     return choose_shape(table, prof.target_seconds, prof.draft_seconds, prof.overhead_seconds,
                         budgets=range(1, max_budget + 1), depths=range(1, max_depth + 1),
                         node_costs=node_costs(prof, sampling))
@@ -321,14 +331,15 @@ def learns_from(method, settings: Settings) -> bool:
     return settings.greedy or method.sampler == "sequoia" or max(len(c) for c in method.tree.children) <= 1
 
 
-def plan_from_vector(spec: MethodSpec, acceptance, prof=None, sampling: bool = False) -> Tree | None:
+def plan_from_vector(spec: MethodSpec, acceptance, prof=None, sampling: bool = False,
+                     shared: bool = True) -> Tree | None:
     """The tree a DP spec (sequoia | sequoia-auto) gets for a given acceptance vector; None for
     other kinds, or for sequoia-auto without a device profile. Used by build_plan and by the
-    between-step re-plans of learning (engine/jobs.py)."""
+    between-step re-plans of learning (Replanner, with shared=False: see table_for)."""
     if spec.kind == "sequoia":
-        return table_for(acceptance, spec.budget, spec.depth).tree(spec.budget, spec.depth)
+        return table_for(acceptance, spec.budget, spec.depth, shared).tree(spec.budget, spec.depth)
     if spec.kind == "sequoia-auto" and prof is not None:
-        return hardware_aware(acceptance, prof, spec.budget, spec.depth, sampling).tree
+        return hardware_aware(acceptance, prof, spec.budget, spec.depth, sampling, shared).tree
     return None
 
 
@@ -382,7 +393,8 @@ class Replanner:
         if learner is not None and learner.run.nodes > 0 and (self.forced or learner.should_replan()):
             posterior = learner.posterior
             try:
-                tree = plan_from_vector(self.spec, posterior, self.result.profile, not self.settings.greedy)
+                tree = plan_from_vector(self.spec, posterior, self.result.profile, not self.settings.greedy,
+                                        shared=False)  # a new vector each time: the small table
             except Exception:  # noqa: BLE001
                 log.exception("learning re-plan failed; keeping the current tree")
                 tree = None

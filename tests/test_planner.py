@@ -5,6 +5,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -268,3 +270,49 @@ def test_a_cost_measured_below_a_narrower_forward_is_read_as_noise():
     curve = CostCurve({1: 0.10, 4: 0.14, 5: 0.15, 6: 0.12, 8: 0.20}, "target_seconds")
     assert [curve(n) for n in (1, 4, 5, 6)] == [0.10, 0.14, 0.15, 0.15]
     assert curve(7) == pytest.approx(0.175) and curve(8) == 0.20 and curve(10) == pytest.approx(0.25)
+
+
+def test_a_table_sized_to_the_ask_gives_the_shared_tables_trees():
+    """Learning re-plans from a new posterior every step with a table only as big as the spec
+    (planning.table_for(shared=False)): its trees and hardware-aware choices must be those of the
+    shared MAX_BUDGET table, or a re-planned step would get another tree than the plan promised."""
+    from engine import planning
+    from engine.profiler import DeviceProfile
+    rng = np.random.default_rng(7)
+    prof = DeviceProfile({1: 0.10, 2: 0.11, 4: 0.12, 8: 0.16, 16: 0.26, 32: 0.45},
+                         {1: 0.02, 2: 0.025, 4: 0.03, 8: 0.045, 16: 0.08}, 0.002, 128, 3, "d", "t", "cpu",
+                         "float32", source="test profile")
+    for trial in range(12):
+        width = int(rng.choice([2, 4, 16]))
+        acc = np.sort(rng.dirichlet(np.ones(width + 1) * rng.uniform(0.2, 2.0)))[::-1][:width]
+        acc = list(np.round(acc, 2) if trial % 3 == 0 else acc)  # rounded: ties between ranks
+        shared = planning.table_for(acc)
+        for n, d in ((1, 1), (2, 2), (5, 3), (8, 8), (16, 6), (20, 5), (32, 12)):
+            assert planning.table_for(acc, n, d, shared=False).tree(n, d).parents == shared.tree(n, d).parents
+        for budget, depth in ((32, 8), (16, 16)):
+            small = planning.hardware_aware(acc, prof, budget, depth, True, shared=False)
+            assert small.tree.parents == planning.hardware_aware(acc, prof, budget, depth, True).tree.parents
+
+
+def test_learning_re_plans_never_build_the_shared_table(monkeypatch):
+    """The shared table (MAX_BUDGET nodes) costs ~165 ms to build and a posterior is new at every
+    step: a re-plan must build only what the spec needs."""
+    from engine import planning
+    from engine.planner import PlanTable
+    sizes = []
+    original = PlanTable.build.__func__
+    def build(cls, acc, n, d):
+        sizes.append((n, d))
+        return original(cls, acc, n, d)
+    monkeypatch.setattr(PlanTable, "build", classmethod(build))
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    for step in range(3):
+        planning.plan_from_vector(spec, [0.5 - step / 100, 0.2, 0.1], shared=False)
+    assert sizes == [(10, 5)] * 3
+    result = SimpleNamespace(method=SimpleNamespace(tree=Tree.from_branching([2, 0, 0]), uses_draft=True), spec=spec,
+                             profile=None)
+    replan = planning.Replanner(None, result, SimpleNamespace(greedy=True), learn=False)
+    replan.learner = SimpleNamespace(run=SimpleNamespace(nodes=3), should_replan=lambda: True,
+                                     posterior=[0.4, 0.2, 0.1], planned_with=None)
+    sizes.clear()
+    assert replan().size == 10 and sizes == [(10, 5)]
