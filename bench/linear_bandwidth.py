@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
     thread_counts = [int(t) for t in args.threads.split(",")]
     own_threads = torch.get_num_threads()
     load_before = os.getloadavg()
-    result = {"machine": profiler.machine_description("cpu"), "threads": torch.get_num_threads(),
+    result = {"machine": profiler.machine_description("cpu"), "threads": own_threads,
               "streaming": streaming(args.repeats), "rows": [], "forward_ms": {}}
     print(f"streams: float16 sum {result['streaming']['sum_gb_per_s']:.1f} GB/s, "
           f"copy {result['streaming']['copy_gb_per_s']:.1f} GB/s (read + write)")

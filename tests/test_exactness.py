@@ -129,14 +129,14 @@ def chi_square_pvalue(samples, exact):
 
 
 def two_token_samples(pair, ids, method, settings, n):
-    g = torch.Generator().manual_seed(settings.seed)
-    return [generate_ids(pair, ids, method, settings, generator=g)[0] for _ in range(n)]
+    return samples_until(pair, ids, method, settings, n, caught=lambda samples: False)
 
 
 def samples_until(pair, ids, method, settings, n, caught, every=250):
-    """Like two_token_samples, but stops as soon as caught(samples so far) holds (looked at every
-    `every` samples, and at n). For the tests with teeth: a wrong verifier is usually caught long
-    before n, and what they assert (caught within n samples) is unchanged."""
+    """n continuations drawn with one generator seeded by settings.seed, stopping early as soon as
+    caught(samples so far) holds (looked at every `every` samples, and at n). For the tests with
+    teeth: a wrong verifier is usually caught long before n, and what they assert (caught within n
+    samples) is unchanged."""
     g = torch.Generator().manual_seed(settings.seed)
     samples = []
     while len(samples) < n:

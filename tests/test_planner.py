@@ -4,7 +4,6 @@ import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
-
 from types import SimpleNamespace
 
 import numpy as np
@@ -301,6 +300,7 @@ def test_learning_re_plans_never_build_the_shared_table(monkeypatch):
     from engine.planner import PlanTable
     sizes = []
     original = PlanTable.build.__func__
+
     def build(cls, acc, n, d):
         sizes.append((n, d))
         return original(cls, acc, n, d)
