@@ -59,18 +59,21 @@ def raw_call(url: str, api: str, data: list) -> tuple[str, object]:
 
 
 class HoldForward:
-    """Holds the `call`-th forward of `model` (counting from the hook's install) until released."""
+    """Holds the `call`-th forward of `model` (counting from the hook's install) until released,
+    or for at most `limit` seconds (so a failed test cannot hang the app for the next)."""
 
-    def __init__(self, model, call: int):
-        self.calls, self.call = 0, call
+    def __init__(self, model, call: int, limit: float = 30):
+        self.calls, self.call, self.limit = 0, call, limit
         self.entered, self.released = threading.Event(), threading.Event()
+        self.held_in = None  # the name of the thread whose forward was held
         self.handle = model.register_forward_pre_hook(self._hook)
 
     def _hook(self, module, args):
         self.calls += 1
         if self.calls == self.call:
+            self.held_in = threading.current_thread().name
             self.entered.set()
-            self.released.wait(30)
+            self.released.wait(self.limit)
 
     def remove(self) -> None:
         self.released.set()

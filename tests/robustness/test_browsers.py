@@ -55,7 +55,10 @@ def test_two_browsers_and_a_script_at_once(served, reference, jobs):
             fill_good_request(pg)
         # the first run to reach the models is held in its prefill until all three have asked,
         # so the three requests really are in the app at once, whatever the machine's speed
-        hold = HoldForward(served["ctx"].worker.pair.target, call=1)
+        # held until all three are in (not the default 30 s: on a starved machine the last request
+        # can take longer to arrive, and a run released early would leave the queue below 2)
+        worker = served["ctx"].worker
+        hold = HoldForward(worker.pair.target, call=1, limit=150)
         try:
             thread = threading.Thread(target=run_script)
             thread.start()
@@ -63,7 +66,11 @@ def test_two_browsers_and_a_script_at_once(served, reference, jobs):
                 pg.click("#sq-generate")
             assert hold.entered.wait(60)
             # Gradio runs model events one at a time: the other two wait in its queue
-            assert wait_for(lambda: waiting(served["url"]) >= 2, 60), waiting(served["url"])
+            in_queue = wait_for(lambda: waiting(served["url"]) >= 2, 120)
+            assert in_queue, ("Gradio's queue", waiting(served["url"]), "held in", hold.held_in, "worker",
+                              worker.status()["job"], "jobs", [(j.name, j.state) for j in jobs],
+                              "pages", [pg.locator("#sq-live-status").inner_text() for pg in pages],
+                              "script", thread.is_alive(), errors)
         finally:
             hold.remove()
         for pg in pages:
