@@ -11,8 +11,9 @@ star after a 128-token prefix, as the device profile does), then asks the projec
 curves: NF4 only, int8 only, their pointwise minimum (the switching draft, before the cost of
 holding both), and a bound no draft reaches: every level as cheap as the NF4 draft's one-row
 forward, whatever its width. With the measured t(n), that bound shows what any draft change
-could give trees over chains on this machine. The acceptance vectors are the shipped ones for the NF4 draft (pooled, code, prose;
-T=0 and T=0.7). Only meaningful on a quiet machine; the load is printed."""
+could give trees over chains on this machine. The acceptance vectors are the shipped ones for
+the NF4 draft (pooled, code, prose; T=0 and T=0.7). Only meaningful on a quiet machine; the load
+is printed."""
 from __future__ import annotations
 
 import argparse
@@ -22,13 +23,15 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine import profiler  # noqa: E402
 from engine.models import load_pair  # noqa: E402
 from engine.planner import choose_shape  # noqa: E402
-from engine.planning import table_for  # noqa: E402
+from engine.planning import predict, table_for  # noqa: E402
+from engine.tree import Tree  # noqa: E402
 
 ROWS = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16)
 MAX_BUDGET, MAX_DEPTH = 32, 12
@@ -56,10 +59,12 @@ def tree_and_chain(acceptance, target_seconds: dict, draft_seconds: dict, overhe
     table = table_for(tuple(acceptance), MAX_BUDGET, MAX_DEPTH, shared=False)
     best = choose_shape(table, target_seconds, draft_seconds, overhead, budgets=range(1, MAX_BUDGET + 1),
                         depths=range(1, MAX_DEPTH + 1))
-    chain = max((choose_shape(table, target_seconds, draft_seconds, overhead, budgets=[d], depths=[d])
-                 for d in range(2, MAX_DEPTH + 1)), key=lambda c: c.predicted_speedup)
+    costs = SimpleNamespace(target_seconds=target_seconds, draft_seconds=draft_seconds, overhead_seconds=overhead)
+    # real chains (the DP's best d-node tree of depth d need not be one once a1^(d-1) < a2)
+    chains = {d: predict(Tree.chain(d), acceptance, costs).speedup for d in range(2, MAX_DEPTH + 1)}
+    depth = max(chains, key=chains.get)
     return {"n": best.n, "d": best.d, "widths": best.tree.level_widths, "speedup": best.predicted_speedup,
-            "best_chain_depth": chain.d, "best_chain_speedup": chain.predicted_speedup}
+            "best_chain_depth": depth, "best_chain_speedup": chains[depth]}
 
 
 def main() -> int:

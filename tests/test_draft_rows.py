@@ -24,3 +24,12 @@ def test_a_verifier_that_grows_per_row_leaves_the_chain_best():
     row = draft_rows.tree_and_chain(ACCEPTANCE, steep, {1: 0.05, 16: 0.05}, 0.0)
     assert row["n"] > 1 and max(row["widths"]) == 1 and row["n"] == row["d"] == row["best_chain_depth"], row
     assert row["speedup"] == row["best_chain_speedup"]
+
+
+def test_the_best_chain_is_a_chain_even_where_the_dp_would_branch():
+    # rank 2 nearly as likely as rank 1: the DP's best 4-node tree of depth 4 branches, so the
+    # "chain" must be built as one, not read off the DP's (d, d) entry
+    costs = {1: 0.25, 4: 0.25, 5: 1.0, 32: 8.0}
+    row = draft_rows.tree_and_chain([0.5, 0.45], costs, {1: 0.01, 16: 0.01}, 0.0)
+    assert max(row["widths"]) >= 2, row
+    assert row["speedup"] > 1.05 * row["best_chain_speedup"], row
