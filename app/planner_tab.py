@@ -175,7 +175,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             choice = planning.hardware_aware(plan_vec.probabilities, used, ctx.max_budget, ctx.max_depth,
                                              not settings.greedy)
             mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
-            out[speed] = plots.speedup_figure(choice.grid, mark)
+            out[speed] = plots.speedup_figure(choice.grid, mark, measured_up_to=max(used.target_seconds))
         else:
             out[speed] = plots.empty_figure("Predicted speedup needs an acceptance vector and a device profile", 280)
         # ---- chosen tree and export

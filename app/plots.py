@@ -374,13 +374,20 @@ def profile_figure(profile, height: int = 280, observed: dict | None = None) -> 
                                  customdata=[[r["observed_seconds"] * 1e3, r["samples"]] for r in seen],
                                  hovertemplate="n=%{x}: %{y:.2f}× (%{customdata[0]:.1f} ms, median of "
                                                "%{customdata[1]} steps)<extra>observed</extra>"))
-    fig.update_xaxes(type="log", title_text="tokens in one forward", gridcolor=GRID)
+    # ticks at the timed sizes only: plotly's own log ticks labelled 0.9 and 9 as "9"
+    sizes = sorted({n for n, _ in t} | {n for n, _ in d} | {r["n"] for r in seen})
+    fig.update_xaxes(type="log", title_text="tokens in one forward", gridcolor=GRID, tickmode="array",
+                     tickvals=sizes, ticktext=[str(n) for n in sizes],
+                     range=[math.log10(0.85), math.log10(max(sizes, default=1) * 1.15)])
     fig.update_yaxes(title_text="time relative to target t(1)", rangemode="tozero", gridcolor=GRID)
     return _base_layout(fig, height, "Device profile", legend=dict(orientation="h", y=-0.3))
 
 
-def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280) -> go.Figure:
-    """Predicted speedup over autoregressive vs budget (best depth for each budget)."""
+def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280,
+                   measured_up_to: int | None = None) -> go.Figure:
+    """Predicted speedup over autoregressive vs budget (best depth for each budget).
+    measured_up_to: the largest tree the device profile timed; budgets past it rest on the cost
+    curve's extrapolation (engine/planner.py CostCurve) and are drawn dashed."""
     budgets = list(grid.budgets)
     best, best_d = [], []
     for i in range(len(budgets)):
@@ -388,9 +395,18 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
         v, d = max(row) if row else (None, None)
         best.append(v)
         best_d.append(d)
-    fig = go.Figure(go.Scatter(x=budgets, y=best, mode="lines", name="best depth per budget",
-                               line=dict(color=PLANNED, width=2), customdata=best_d,
+    timed = [i for i, n in enumerate(budgets) if measured_up_to is None or n <= measured_up_to]
+    past = [i for i, n in enumerate(budgets) if measured_up_to is not None and n >= measured_up_to]
+    fig = go.Figure(go.Scatter(x=[budgets[i] for i in timed], y=[best[i] for i in timed], mode="lines",
+                               name="best depth per budget", line=dict(color=PLANNED, width=2),
+                               customdata=[best_d[i] for i in timed],
                                hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}×<extra></extra>"))
+    if len(past) > 1:
+        fig.add_trace(go.Scatter(x=[budgets[i] for i in past], y=[best[i] for i in past], mode="lines",
+                                 name=f"past the profiled n={measured_up_to}: t(n) extrapolated",
+                                 line=dict(color=PLANNED, width=1.5, dash="dash"), customdata=[best_d[i] for i in past],
+                                 hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}× (t(n) extrapolated past "
+                                               f"n={measured_up_to})<extra></extra>"))
     if chosen:
         n, d = chosen
         i = budgets.index(n) if n in budgets else None
@@ -401,9 +417,11 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
                                      marker=dict(size=13, color="#f43f5e", symbol="star")))
     fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))
     fig.update_xaxes(title_text="tree budget n", gridcolor=GRID)
-    fig.update_yaxes(title_text="predicted speedup ×", rangemode="tozero", gridcolor=GRID)
+    top = max([v for v in best if v is not None] + [1.0])
+    # headroom above the highest point, so the chosen tree's label is not cut by the plot's edge
+    fig.update_yaxes(title_text="predicted speedup ×", range=[0, top * 1.2], gridcolor=GRID)
     return _base_layout(fig, height, "Predicted speedup vs budget (from G and the device profile)",
-                        showlegend=False)
+                        showlegend=len(past) > 1, legend=dict(orientation="h", y=-0.3))
 
 
 # ---------------------------------------------------------------- race

@@ -191,3 +191,26 @@ def test_per_step_figures_built_without_validation_are_valid_plotly():
         _as_plotly_validates_it(broken)
     shorthand = plots._figure([], {"hoverlabel": {"font_size": 12}})
     assert _as_plotly_validates_it(shorthand) != shorthand.to_plotly_json()  # and a shorthand
+
+
+def test_profile_axis_is_labelled_at_the_timed_sizes_only():
+    from engine.profiler import DeviceProfile
+    prof = DeviceProfile({1: 0.2, 2: 0.21, 8: 0.3, 32: 0.9}, {1: 0.05, 4: 0.06}, 0.001, 16, 3, "d", "t", "cpu",
+                         "float32")
+    axis = plots.profile_figure(prof).layout.xaxis
+    assert list(axis.tickvals) == [1, 2, 4, 8, 32] and list(axis.ticktext) == ["1", "2", "4", "8", "32"]
+    assert 10 ** axis.range[0] < 1 and 10 ** axis.range[1] > 32  # every timed size inside the plot
+
+
+def test_speedup_curve_marks_budgets_past_the_profile_as_extrapolated():
+    from engine.planner import choose_shape
+    from engine.planning import table_for
+    table = table_for([0.6, 0.2, 0.1])
+    choice = choose_shape(table, {1: 0.01, 4: 0.011, 8: 0.014}, {1: 0.002, 8: 0.003}, 0.001,
+                          budgets=range(1, 33), depths=range(1, 9))
+    fig = plots.speedup_figure(choice.grid, (choice.n, choice.d), measured_up_to=8)
+    solid, dashed = fig.data[0], fig.data[1]
+    assert max(solid.x) == 8 and min(dashed.x) == 8 and max(dashed.x) == 32 and dashed.line.dash == "dash"
+    star = next(t for t in fig.data if t.name == "chosen")
+    assert fig.layout.yaxis.range[1] > star.y[0] * 1.1  # room for the star's label above it
+    assert len(plots.speedup_figure(choice.grid, (choice.n, choice.d)).data) == 2  # no profile limit: one line
