@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from engine import fp16_rows, nf4, nf4_cache
+from engine import fp16_rows, huge_pages, nf4, nf4_cache
 from engine.errors import UserError
 
 KERNEL_CHOICES = ("fast", "default")
@@ -57,7 +57,8 @@ class PackedLinear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear, kind: str):
         super().__init__()
         self.in_features, self.out_features, self.kind = linear.in_features, linear.out_features, kind
-        weight = linear.weight.detach().float()
+        # fp16: fbgemm packs column by column, much faster from huge pages (engine/huge_pages.py)
+        weight = huge_pages.float32_copy(linear.weight) if kind == "fp16" else linear.weight.detach().float()
         bias = None if linear.bias is None else linear.bias.detach().float()
         self.bias = bias  # oneDNN takes it per call; fbgemm keeps its own copy in the packed blob
         if kind == "fp16":

@@ -46,6 +46,22 @@ def test_packed_target_linears_are_row_independent_bit_for_bit(kind):
         torch.testing.assert_close(together, plain, atol=1e-5, rtol=1e-5)  # the same layer, other rounding
 
 
+def test_huge_page_copies_pack_to_the_same_layer(monkeypatch):
+    """The float32 source of the float16 packing on huge pages (engine/huge_pages.py): the same
+    values, so the same packed layer, bit for bit, as from an ordinary copy."""
+    from engine import huge_pages
+    linear = _linear(in_features=1024, out_features=2048 + 7)  # 8 MB + odd rows: an unaligned end
+    copy = huge_pages.float32_copy(linear.weight.half())
+    assert copy.dtype == torch.float32 and copy.is_contiguous() and torch.equal(copy, linear.weight)
+    x = torch.randn(5, 1024)
+    monkeypatch.setattr(huge_pages, "MIN_BYTES", 1 << 62)  # never huge: the ordinary copy
+    ordinary = cpu_kernels.PackedLinear(linear, "fp16")
+    monkeypatch.setattr(huge_pages, "MIN_BYTES", 1)
+    huge = cpu_kernels.PackedLinear(linear, "fp16")
+    with torch.inference_mode():
+        assert torch.equal(ordinary(x), huge(x))
+
+
 def test_float16_calls_are_padded_to_row_counts_that_agree():
     """engine/fp16_rows.py: every count it runs is consistent (each row as in the reference call),
     and a padded count is the smallest such; on a CPU whose kernel needs none, nothing is padded."""

@@ -471,6 +471,20 @@ def test_one_gguf_reader_parses_once_into_plain_arrays(tmp_path):
     assert gguf.GGUFReader is original
 
 
+def test_one_gguf_reader_builds_each_tensor_name_map_once():
+    """transformers asks for the name map once per module; inside the context the same map comes
+    back (equal to a fresh one), and gguf's own function is restored after."""
+    import gguf
+    original = gguf.get_tensor_name_map
+    fresh = original(gguf.MODEL_ARCH.QWEN2, 2)
+    with embedded._one_gguf_reader():
+        first = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2) is first
+        assert gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 3) is not first
+        assert first.mapping == fresh.mapping
+    assert gguf.get_tensor_name_map is original
+
+
 def test_load_pair_loads_the_draft_while_the_target_is_prepared(monkeypatch):
     """The default pair's draft loads on a second thread as soon as it is ready; the pair that
     comes out is the same as when both load after preparation."""
