@@ -100,15 +100,18 @@ class Decoder:
 
     def __init__(self, pair: ModelPair, method: Method, settings: Settings,
                  generator: torch.Generator | None = None,
-                 plan: Callable[[], Tree] | None = None):
+                 plan: Callable[[], Tree] | None = None, prefilled: tuple | None = None):
+        """prefilled: (target cache, draft cache) already holding the prompt but its last token
+        (the device profiler's, which has just timed forwards on them): run() skips the prefill."""
         self.pair, self.method, self.settings = pair, method, settings
         self.plan = plan or (lambda: method.tree)
         self.generator = generator or make_generator(pair.device, settings.seed)
         # probabilities are float64, which MPS lacks: do that maths on the CPU there
         self.prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
         self.clock = _Clock(pair.device)
-        self.target_cache = attention.new_cache(pair.target)
-        self.draft_cache = attention.new_cache(pair.draft)
+        self.prefilled = prefilled is not None
+        self.target_cache, self.draft_cache = prefilled or (attention.new_cache(pair.target),
+                                                             attention.new_cache(pair.draft))
         self.draft_len = 0  # committed tokens held by the draft cache
 
     # ---------------- public ----------------
@@ -122,7 +125,12 @@ class Decoder:
                             "shorten the prompt")
         check_fits(pair, min(len(seq) + s.max_new_tokens, pair.context_limit), self.plan().size)
         t0 = self.clock.now()
-        if len(seq) > 1:
+        if self.prefilled:
+            held = (self.target_cache.get_seq_length(), self.draft_cache.get_seq_length())
+            if held != (len(seq) - 1, len(seq) - 1):
+                raise ValueError(f"prefilled caches hold {held} tokens; the prompt needs {len(seq) - 1}")
+            self.draft_len = len(seq) - 1
+        elif len(seq) > 1:
             attention.forward_causal(pair.target, self.target_cache, seq[:-1])
             if self.method.uses_draft:
                 attention.forward_causal(pair.draft, self.draft_cache, seq[:-1])

@@ -53,6 +53,37 @@ def test_device_profile_is_measured_and_cached(tmp_path, monkeypatch):
     assert plan.choice is not None and 1 <= plan.tree.size <= 8 and plan.choice.predicted_speedup > 0
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma3"])  # gemma3: sliding and full layers mixed
+def test_a_run_continued_from_the_profilers_caches_equals_a_fresh_one(family):
+    """_measure_overhead continues from the caches the timers used instead of prefilling again:
+    those caches hold the prefix exactly as a fresh run's prefill does (same steps, same tokens,
+    long enough to pass the tiny gemma's sliding window), and caches of the wrong length are refused."""
+    import torch
+
+    from engine import methods
+    from engine.decoding import Decoder, generate_ids
+    from engine.tree import Tree
+    pair = tiny_pair(family)
+    prefix = [(31 * i + 11) % pair.vocab_size for i in range(24)]
+    clock = lambda: 0.0  # noqa: E731
+    caches = {role: profiler.prefilled_cache(m, prefix) for role, m in (("target", pair.target), ("draft", pair.draft))}
+    for n in (1, 3):  # timed forwards leave the caches as they found them
+        profiler._forward_timer(pair.target, caches["target"], len(prefix), n, clock)()
+        profiler._forward_timer(pair.draft, caches["draft"], len(prefix), n, clock)()
+    method, settings = methods.sequoia(Tree.from_branching([2, 2, 1])), Settings(max_new_tokens=40, ignore_eos=True)
+    prompt = [*prefix, prefix[-1]]
+    with torch.inference_mode():
+        continued = list(Decoder(pair, method, settings, prefilled=(caches["target"], caches["draft"])).run(prompt))
+        fresh_ids, fresh = generate_ids(pair, prompt, method, settings)
+    assert continued[-1].token_ids == fresh_ids
+    assert [e.accepted_path for e in continued] == [e.accepted_path for e in fresh]
+    short = profiler.prefilled_cache(pair.target, prefix[:-1])
+    with pytest.raises(ValueError, match="prefilled caches hold"):
+        list(Decoder(pair, method, settings, prefilled=(short, caches["draft"])).run(prompt))
+    assert profiler._measure_overhead(pair, prefix, lambda: False, (profiler.prefilled_cache(pair.target, prefix),
+                                                                    profiler.prefilled_cache(pair.draft, prefix))) > 0
+
+
 def test_the_hook_before_each_target_forward_runs_outside_the_clock(monkeypatch):
     """The cold-cache benchmark drops the page cache before every timed target forward: the hook
     must run once per target try (warm-up included), never for the draft, and not be timed."""
