@@ -3,10 +3,11 @@
 fbgemm's `linear_prepack_fp16` converts the [out, in] float32 weight with a scalar loop that runs
 over the out features innermost, reading the weight column by column: every read is `in` floats
 (6 KB for the embedded target) from the last, on another 4 KB page. On a wide matrix the TLB
-misses dominate: packing 151,936 x 1536 (the target's output head) took 12.0 s on one Xeon thread,
-23 ns a weight for an 8960 x 1536 MLP matrix, against 8.5 ns at 256 x 1536. With the source on
-2 MB pages the same reads stay within a few dozen pages (head 8.9 s, MLP 209 ms against 274), and
-packing the whole target on two threads took 15-17 s instead of 18-19 s (bench/pack_weights.py).
+misses dominate (one Xeon thread: 8.5 ns a weight at 256 x 1536, 23 ns at 8960 x 1536, 58 ns for
+the target's 151,936 x 1536 output head). With the source on 2 MB pages the same reads stay
+within a few dozen pages: the head alone packed in 7.3-7.7 s instead of 11.0-11.7 s, the whole
+target on two threads in 14.3-16.2 s instead of 19.0-19.5 s (bench/pack_weights.py,
+bench/pack-weights-xeon.txt).
 Linux only (madvise); elsewhere, or when the kernel declines, the copy is an ordinary one. The
 copy's values are the same either way: only where its pages come from changes."""
 from __future__ import annotations
