@@ -94,13 +94,16 @@ def build(ctx: AppContext, live: dict) -> dict:
             with gr.Accordion("Plan (raw, what the API returns)", open=False):
                 planner_json = gr.JSON(label="Plan (raw)")
 
+    # the prompt too: it picks the code or prose acceptance vector, as in the Live tab's plan, which
+    # this tab redraws (and writes to the header): without it the header switched to the pooled plan
     settings_inputs = [live["method"], live["budget"], live["depth"], live["hardware"], live["temperature"],
-                       live["top_p"], live["top_k"]]
+                       live["top_p"], live["top_k"], live["prompt"]]
     header_plan = live["plan_md"]
     outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
                header_plan]
 
-    def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request | None = None) -> dict:
+    def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+             request: gr.Request | None = None) -> dict:
         sess = ctx.sessions.get(request)
         try:
             settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
@@ -130,7 +133,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[acc_caption] = "Not measured for these settings yet: press **Measure**."
         # ---- plan (exact vector, or the nearest one, said so)
         try:
-            result = worker.quick_plan(spec, settings, allow_nearest=True)
+            result = worker.quick_plan(spec, settings, allow_nearest=True, prompt=prompt_v)
         except NeedsMeasurement as need:
             result = None
             out[info] = f"{need}."
@@ -145,6 +148,12 @@ def build(ctx: AppContext, live: dict) -> dict:
             if worker.refiner is not None and interpolation.is_interpolated(result.measured_acceptance):
                 out[acc_caption] += (" · being measured for real in the background while the engine is idle "
                                      "(any run goes first); plans use it once done")
+        elif plan_vec is not None and vec is not None and plan_vec.domain != vec.domain:
+            # the prompt's kind picked its own vector (engine/domains.py): show the one the plan uses
+            out[acc_chart] = plots.acceptance_figure(plan_vec.probabilities, ci=plan_vec.ci95, height=280,
+                                                     title=f"Acceptance vector at T={T:g}, top-p={top_p:g}: "
+                                                           f"{plan_vec.domain} prompts (the Live prompt's kind)")
+            out[acc_caption] = f"{result.acceptance_note} · bars: ±95 % interval"
         if result is not None and plan_vec is not None:
             learned = result.learned or {}
             out[acc_caption] = (out.get(acc_caption, "") + f" · **the current plan is backed by "
@@ -200,10 +209,12 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[planner_json] = {}
         return out
 
-    def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
-        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request)
+    def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+                request: gr.Request = None):
+        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
 
-    def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
+    def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+                    request: gr.Request = None):
         try:
             settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
             job = ctx.sessions.get(request).aux = ctx.worker.measure(settings.temperature, settings.top_p, force=True,
@@ -211,12 +222,13 @@ def build(ctx: AppContext, live: dict) -> dict:
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         yield from _follow(job, acc_caption, "measuring acceptance")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request)
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
 
-    def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, request: gr.Request = None):
+    def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+                    request: gr.Request = None):
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
         yield from _follow(job, prof_caption, "profiling")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, request)
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
 
     def import_tree(path, request: gr.Request):
         sess = ctx.sessions.get(request)

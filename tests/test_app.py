@@ -161,3 +161,26 @@ def test_two_clients_at_once_both_finish(served):
         t.join(120)
     assert results["a"]["done"] and results["b"]["done"]
     assert results["a"]["text"] == results["b"]["text"]
+
+
+def test_the_planner_tab_plans_for_the_live_prompts_kind(served, client):
+    """The Planner tab redraws the plan (and the header's plan line) with the Live tab's prompt:
+    a code prompt gets the code vector, a prose prompt the prose one, as the Live tab's own plan
+    does (before, the tab left the prompt out and switched the header to the pooled vector)."""
+    from engine import domains, profiler
+    pair = served["ctx"].worker.pair
+    draft_kernels = profiler.draft_kernels(pair)
+    for domain, probs in (("code", [0.85, 0.08, 0.03]), ("prose", [0.55, 0.15, 0.08])):
+        probs = probs + [0.0] * 13
+        vec = profiler.AcceptanceVector(probs, 1 - sum(probs), 2000, [0.01] * 16, pair.draft_name, pair.target_name,
+                                        "sequoia", 0.3, 1.0, 16, 12, domain=domain, draft_kernels=draft_kernels)
+        profiler.save_acceptance(pair, vec)
+        if domain == "code":
+            code = vec
+    profiler.save_acceptance(pair, domains.pooled_vector([code, vec]))
+    shown = {}
+    for prompt in ("Write a Python function `f(x)` that sorts x.", "Tell me a story about a quiet lighthouse keeper"):
+        out = client.predict("sequoia", 8, 4, False, 0.3, 1, 0, prompt, api_name="/planner")
+        shown[prompt[:5]] = (out[-2].get("acceptance_domain"), out[-1])
+    assert shown["Write"][0] == "code" and "code vector" in shown["Write"][1]
+    assert shown["Tell "][0] == "prose" and "prose vector" in shown["Tell "][1]
