@@ -59,7 +59,8 @@ def _export_path(choice: dict) -> str | None:
 
 
 def build(ctx: AppContext, live: dict) -> dict:
-    gr.Markdown("Uses the **Live** tab's temperature, top-p, budget, depth and hardware-aware toggle. Every number "
+    gr.Markdown("Uses the **Live** tab's temperature, top-p, budget, depth, hardware-aware toggle and prompt (its "
+                "kind, code or prose, picks the acceptance vector where the two differ). Every number "
                 "here is measured on the loaded pair and device, or read from the named cache file.",
                 elem_classes="sq-note-block")
     info = gr.Markdown("", elem_id="sq-planner-info")
