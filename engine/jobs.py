@@ -63,10 +63,13 @@ def load_job(ctx, draft, target, device, dtype, **placement):
         worker.loading = False
     worker._pair = pair
     worker.last_error = None
-    if worker.profile_on_load and profiler.cached_profile(pair) is None:
+    budget = profile_budget(pair, worker.profile_budget)
+    cached = profiler.cached_profile(pair)
+    # a profile timed to fewer sizes (a CLI `profile --max-budget 8` writes the same cache entry)
+    # would leave the page's plans on t(n) extrapolated past its last size: time it again
+    if worker.profile_on_load and (cached is None or max(cached.target_seconds) < budget):
         # hardware-aware plans need t(n) of this device: measure it once, now, rather than on
         # the first Generate (cached per pair, device, dtype, placement and CPU kernels)
-        budget = profile_budget(pair, worker.profile_budget)
         ctx.progress(0.95, f"profiling this device once (t(n) up to n = {budget}; cached)")
         # few rounds even on a noisy machine: CLI runs correct it (engine/observed.py), and on a
         # machine whose speed drifts more rounds do not narrow the spread (up to 15 took 48 s here)

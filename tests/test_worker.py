@@ -222,7 +222,8 @@ def test_measure_and_cached_acceptance_keep_top_k_apart(worker):
 
 def test_a_first_load_profiles_the_device_with_few_rounds(tmp_path, monkeypatch):
     """The first load's profile is short even on a noisy machine: a few timed rounds at most
-    (real runs correct it), and it is cached so the next load does not profile again."""
+    (real runs correct it), and it is cached so the next load does not profile again, unless the
+    cached one was timed to fewer sizes than the page plans with."""
     from engine import jobs, profiler
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     calls, real = [], profiler.profile_device
@@ -237,10 +238,18 @@ def test_a_first_load_profiles_the_device_with_few_rounds(tmp_path, monkeypatch)
     try:
         w.load(str(draft), str(target), "cpu", "float32").wait(120)
         w.load(str(draft), str(target), "cpu", "float32").wait(120)
+        assert len(calls) == 1
+        # a narrower profile in the cache (as `python -m engine profile --max-budget 2` writes) is
+        # timed again to the page's budget on the next load, and then kept
+        profiler.save_profile(w.pair, profiler.profile_device(w.pair, max_budget=2, repeats=1, max_repeats=1,
+                                                              prefix_tokens=8))
+        w.load(str(draft), str(target), "cpu", "float32").wait(120)
+        w.load(str(draft), str(target), "cpu", "float32").wait(120)
+        covered = max(profiler.cached_profile(w.pair).target_seconds)
     finally:
         w.close()
-    assert len(calls) == 1
     assert calls[0]["repeats"] <= calls[0]["max_repeats"] == jobs.FIRST_LOAD_MAX_ROUNDS < profiler.MAX_REPEATS
+    assert [c["max_budget"] for c in calls] == [4, 2, 4] and covered == 4
 
 
 def test_race_lanes_step_in_turn_and_match_their_own_runs(worker):
