@@ -64,10 +64,9 @@ def load_job(ctx, draft, target, device, dtype, **placement):
     worker._pair = pair
     worker.last_error = None
     budget = profile_budget(pair, worker.profile_budget)
-    cached = profiler.cached_profile(pair)
     # a profile timed to fewer sizes (a CLI `profile --max-budget 8` writes the same cache entry)
     # would leave the page's plans on t(n) extrapolated past its last size: time it again
-    if worker.profile_on_load and (cached is None or max(cached.target_seconds) < budget):
+    if worker.profile_on_load and not profiler.covers(profiler.cached_profile(pair), budget):
         # hardware-aware plans need t(n) of this device: measure it once, now, rather than on
         # the first Generate (cached per pair, device, dtype, placement and CPU kernels)
         ctx.progress(0.95, f"profiling this device once (t(n) up to n = {budget}; cached)")

@@ -521,15 +521,14 @@ def drop_page_cache() -> None:
         raise UserError(f"cannot drop the page cache ({exc.strerror}): it needs Linux and root") from None
 
 
-def _measure_overhead(pair: ModelPair, prefix: list[int], should_stop, prefilled: tuple | None = None) -> float:
+def _measure_overhead(pair: ModelPair, prefix: list[int], should_stop, prefilled: tuple) -> float:
     """Median 'other' time (walk, commit, bookkeeping) of a few real steps with a small tree.
     prefilled: (target, draft) caches holding `prefix` (the timers' own): the run continues from
     them instead of prefilling the prefix again (about 4 s of a CPU profile)."""
     method = methods.sequoia(Tree.from_branching([2, 1, 1]))
-    prompt = [*prefix, prefix[-1]] if prefilled is not None else prefix
     others = []
     events = Decoder(pair, method, Settings(max_new_tokens=12, ignore_eos=True), prefilled=prefilled).run(
-        prompt, should_stop)
+        [*prefix, prefix[-1]], should_stop)  # the caches hold all of the prompt but its last token
     for event in events:
         if event.finish_reason == "stopped":
             raise Stopped("profiling stopped")
@@ -562,11 +561,15 @@ def save_profile(pair: ModelPair, prof: DeviceProfile) -> Path:
     return _write_cached("profiles", profile_key(pair), prof.to_dict())
 
 
+def covers(prof: DeviceProfile | None, max_budget: int) -> bool:
+    """Whether a profile timed the target up to max_budget (else plans extrapolate t(n) past it)."""
+    return prof is not None and max(prof.target_seconds) >= max_budget
+
+
 def device_profile(pair: ModelPair, measure: bool = True, **kwargs) -> DeviceProfile | None:
     """The cached profile if it covers the budgets asked for; otherwise a new measurement."""
     prof = cached_profile(pair)
-    covers = prof is not None and max(prof.target_seconds) >= kwargs.get("max_budget", 1)
-    if covers or not measure:
+    if covers(prof, kwargs.get("max_budget", 1)) or not measure:
         return prof
     prof = profile_device(pair, **kwargs)
     prof.source = str(save_profile(pair, prof))
