@@ -22,7 +22,8 @@ DOMAINS = ("code", "prose")
 _CODE_WORDS = re.compile(
     r"\b(code|coding|function|method|class|script|program|programming|implement|refactor|compile|debug|bug|"
     r"python|javascript|typescript|java|rust|golang|go|c\+\+|sql|query|bash|shell|regex|api|json|html|css|"
-    r"react|pytest|unit tests?|algorithm|variable|loop|array|dictionary|list comprehension|stdin|stdout)\b",
+    r"react|vue|angular|svelte|django|flask|kotlin|php|haskell|scala|perl|pytest|unit tests?|algorithm|variable|"
+    r"loop|array|dictionary|list comprehension|linked list|struct|stdin|stdout)\b",
     re.IGNORECASE)
 _CODE_MARKS = re.compile(r"`|[{}]|\bdef |=>|;\s*$|\w+\(.*\)|^\s{4}\S", re.MULTILINE)
 

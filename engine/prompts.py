@@ -9,6 +9,8 @@ from pathlib import Path
 ASSET_PROMPTS = Path(__file__).resolve().parents[1] / "assets" / "prompts.json"
 # the 24 code and prose prompts the shipped acceptance vectors were measured on (issue 15)
 MEASUREMENT_PROMPTS = ASSET_PROMPTS.with_name("measurement-prompts.json")
+# 24 more in the same style, never measured on: the bench's held-out check of those vectors
+HELDOUT_PROMPTS = ASSET_PROMPTS.with_name("heldout-prompts.json")
 
 
 @dataclass

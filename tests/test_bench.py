@@ -158,3 +158,19 @@ def test_bench_applies_top_k_to_its_runs_and_vectors(tmp_path, monkeypatch):
     report = json.loads(out.read_text())
     assert report["config"]["top_k"] == 3
     assert report["acceptance"]["0.7"]["top_k"] == 3
+
+
+def test_bench_on_a_prompt_set_with_only_the_sequoia_lanes(tmp_path):
+    # the held-out check's shape (README): a titled prompt set, no chain or SpecInfer lanes
+    held_out = json.loads((ROOT / "assets" / "heldout-prompts.json").read_text())["prompts"]
+    chosen = [held_out[0], next(p for p in held_out if p["kind"] == "prose")]
+    (tmp_path / "set.json").write_text(json.dumps({"prompts": chosen}))
+    draft, target = tiny_pair_dirs("llama")
+    out = tmp_path / "bench.json"
+    run = engine("bench", "--quick", "--draft", draft, "--target", target, "--prompt-set", tmp_path / "set.json",
+                 "--chain-depths", "none", "--specinfer", "none", "--temperatures", "0", "--json", out)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [p["title"] for p in report["prompts"]] == [p["title"] for p in chosen]
+    assert {r["method"] for r in report["results"]} == {"ar", "sequoia", "sequoia-auto"}
+    assert report["config"]["chain_depths"] == [] and report["config"]["specinfer"] == []

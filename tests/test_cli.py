@@ -133,3 +133,30 @@ def test_bench_prompt_mix_picks_the_shipped_prompts_of_each_kind():
     from engine.bench import default_prompts
     prompts = default_prompts(_mix("code=1,prose=2"))
     assert [p.kind for p in prompts].count("prose") == 2 and [p.kind for p in prompts].count("code") == 1
+
+
+def test_bench_prompt_set_bad_files_are_one_line_exit_2(dirs, capsys, tmp_path):
+    draft, target = dirs
+    (tmp_path / "empty.json").write_text("[]")
+    (tmp_path / "broken.json").write_text("{not json")
+    (tmp_path / "no-prompt.json").write_text(json.dumps([{"title": "x"}]))
+    cases = {tmp_path / "missing.json": "cannot read prompt set", tmp_path / "broken.json": "cannot read prompt set",
+             tmp_path / "no-prompt.json": "cannot read prompt set", tmp_path / "empty.json": "has no prompts"}
+    for path, needle in cases.items():
+        code, err = in_process(capsys, "bench", "--quick", "--draft", draft, "--target", target, "--prompt-set", path)
+        error_lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and len(error_lines) == 1 and needle in error_lines[0], (path, err)
+    code, err = in_process(capsys, "bench", "--quick", "--draft", draft, "--target", target,
+                           "--prompt-set", "assets/heldout-prompts.json", "--prompt-mix", "code=1")
+    assert code == 2 and "one of --prompts, --prompt-set and --prompt-mix" in err
+
+
+def test_bench_lanes_can_leave_out_chains_and_specinfer():
+    import argparse
+    from engine.commands.bench import config_from_args, register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    config = config_from_args(parser.parse_args(["bench", "--chain-depths", "none", "--specinfer", "None"]))
+    assert config.chain_depths == () and config.specinfer == ()
+    config = config_from_args(parser.parse_args(["bench", "--chain-depths", "3,5"]))
+    assert config.chain_depths == (3, 5) and config.specinfer == ((2, 4), (5, 4))

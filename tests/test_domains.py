@@ -7,17 +7,24 @@ import sys
 from pathlib import Path
 
 from engine import domains, planning, profiler
-from engine.prompts import MEASUREMENT_PROMPTS, asset_prompts, prompt_set
+from engine.prompts import HELDOUT_PROMPTS, MEASUREMENT_PROMPTS, asset_prompts, prompt_set
 from engine.settings import Settings
 from tests.tiny import tiny_pair
 
 
 def test_every_shipped_prompt_is_classified_as_its_kind():
-    shipped = prompt_set(MEASUREMENT_PROMPTS) + asset_prompts()
-    assert len(prompt_set(MEASUREMENT_PROMPTS)) >= 24
+    shipped = prompt_set(MEASUREMENT_PROMPTS) + prompt_set(HELDOUT_PROMPTS) + asset_prompts()
+    assert len(prompt_set(MEASUREMENT_PROMPTS)) >= 24 and len(prompt_set(HELDOUT_PROMPTS)) >= 24
     wrong = [(p.title, p.kind, domains.prompt_domain(p.text)) for p in shipped
              if domains.prompt_domain(p.text) != p.kind]
     assert not wrong
+
+
+def test_the_held_out_prompts_were_not_measured_on():
+    measured = {p.text for p in prompt_set(MEASUREMENT_PROMPTS)} | {p.text for p in asset_prompts()}
+    held_out = prompt_set(HELDOUT_PROMPTS)
+    assert not measured & {p.text for p in held_out}
+    assert {p.kind for p in held_out} == {"code", "prose"}
 
 
 def test_short_or_empty_prompts_are_unsure():

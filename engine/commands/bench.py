@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from engine import bench, bench_report
-from engine.commands.common import add_pair_args, pair_from_args, read_prompts
+from engine.commands.common import add_pair_args, pair_from_args, read_prompt_set, read_prompts
 from engine.errors import UserError
 
 
@@ -23,6 +23,9 @@ def register(sub) -> None:
     p.add_argument("--prompts", default=None,
                    help="text file, one prompt per line (\\n = newline); default: 2 code + 1 prose prompt "
                         "from assets/prompts.json")
+    p.add_argument("--prompt-set", default=None, metavar="JSON",
+                   help="a JSON prompt set (a list of {title, kind, prompt}, or {\"prompts\": [...]}), e.g. "
+                        "assets/heldout-prompts.json: prompts the shipped vectors were not measured on")
     p.add_argument("--prompt-mix", default=None, metavar="code=N,prose=M",
                    help="how many of assets/prompts.json's prompts of each kind (default code=2,prose=1)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per prompt and method (default 32)")
@@ -33,8 +36,10 @@ def register(sub) -> None:
     p.add_argument("--budgets", default=None, help="Sequoia node budgets, root included (default 4,8,16,32)")
     p.add_argument("--max-depth", type=int, default=None,
                    help="depth bound (levels, root included) given to the DP; the DP picks the depth (default 16)")
-    p.add_argument("--chain-depths", default=None, help="chain depths, root included (default 3,5,7)")
-    p.add_argument("--specinfer", default=None, help="SpecInfer shapes KxD, e.g. 2x4,5x4 (default)")
+    p.add_argument("--chain-depths", default=None,
+                   help="chain depths, root included (default 3,5,7); none = no chain lanes")
+    p.add_argument("--specinfer", default=None,
+                   help="SpecInfer shapes KxD, e.g. 2x4,5x4 (default); none = no SpecInfer lanes")
     p.add_argument("--no-match-specinfer", action="store_true",
                    help="do not add Sequoia trees at the SpecInfer node counts")
     p.add_argument("--no-auto", action="store_true", help="skip the hardware-aware Sequoia tree (and the profile)")
@@ -108,6 +113,11 @@ def _shapes(text: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _none(text: str) -> bool:
+    """`--chain-depths none` / `--specinfer none`: leave those lanes out (a bench of the Sequoia trees)."""
+    return text.strip().lower() == "none"
+
+
 def _mix(text: str) -> dict[str, int]:
     """'code=2,prose=2' -> {'code': 2, 'prose': 2}, checked against the shipped prompts."""
     from collections import Counter
@@ -134,9 +144,9 @@ def config_from_args(args) -> bench.BenchConfig:
     if args.budgets is not None:
         changes["budgets"] = _ints(args.budgets, "budgets")
     if args.chain_depths is not None:
-        changes["chain_depths"] = _ints(args.chain_depths, "chain-depths", minimum=2)
+        changes["chain_depths"] = () if _none(args.chain_depths) else _ints(args.chain_depths, "chain-depths", minimum=2)
     if args.specinfer is not None:
-        changes["specinfer"] = _shapes(args.specinfer)
+        changes["specinfer"] = () if _none(args.specinfer) else _shapes(args.specinfer)
     for flag, key in (("max_new_tokens", "max_new_tokens"), ("top_p", "top_p"), ("top_k", "top_k"), ("max_depth", "max_depth"),
                       ("auto_max_budget", "auto_max_budget"), ("seed", "seed"), ("warmup_tokens", "warmup_tokens"),
                       ("acceptance_tokens", "acceptance_tokens"), ("acceptance_prompts", "acceptance_prompts"),
@@ -170,7 +180,11 @@ def _validate(c: bench.BenchConfig) -> None:
 
 def run(args) -> int:
     config = config_from_args(args)
-    if args.prompts:
+    if sum(x is not None for x in (args.prompts, args.prompt_set, args.prompt_mix)) > 1:
+        raise UserError("give one of --prompts, --prompt-set and --prompt-mix")
+    if args.prompt_set:
+        prompts = read_prompt_set(args.prompt_set)
+    elif args.prompts:
         prompts = bench.prompts_from_texts(read_prompts(args.prompts))
     elif args.prompt_mix:
         prompts = bench.default_prompts(_mix(args.prompt_mix))

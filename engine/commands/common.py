@@ -8,7 +8,7 @@ from pathlib import Path
 
 from engine.errors import UserError
 from engine.models import DEFAULT, load_pair
-from engine.prompts import default_prompts
+from engine.prompts import Prompt, default_prompts, prompt_set
 from engine.settings import Settings
 
 
@@ -77,6 +77,17 @@ def read_prompts(path: str | None) -> list[str]:
     prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
     if not prompts:
         raise UserError(f"prompts file {path} has no prompts")
+    return prompts
+
+
+def read_prompt_set(path: str) -> list[Prompt]:
+    """A JSON prompt set (engine.prompts.prompt_set), or one `error:` line for a file it cannot use."""
+    try:
+        prompts = prompt_set(path)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UserError(f"cannot read prompt set {path}: {exc!r}") from None
+    if not prompts:
+        raise UserError(f"prompt set {path} has no prompts")
     return prompts
 
 

@@ -3,10 +3,9 @@ with a star, or by replay (engine/replay.py: thousands of positions in minutes),
 domain (code / prose)."""
 from __future__ import annotations
 
-from engine.commands.common import add_pair_args, pair_from_args, print_json, read_prompts
+from engine.commands.common import add_pair_args, pair_from_args, print_json, read_prompt_set, read_prompts
 from engine.errors import UserError
 from engine.profiler import measure_acceptance, save_acceptance
-from engine.prompts import prompt_set
 from engine.domains import differ, pooled_vector
 from engine.replay import DRAWS, replay_acceptance
 from engine.settings import Settings
@@ -42,10 +41,7 @@ def _groups(args) -> list[tuple[str, list[str]]]:
         return [("", read_prompts(args.prompts))]
     if args.prompts is not None:
         raise UserError("give --prompts or --prompt-set, not both")
-    try:
-        prompts = prompt_set(args.prompt_set)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"cannot read prompt set {args.prompt_set}: {exc}") from None
+    prompts = read_prompt_set(args.prompt_set)
     if not args.by_domain:
         return [("", [p.text for p in prompts])]
     kinds = sorted({p.kind for p in prompts if p.kind in ("code", "prose")})
