@@ -172,5 +172,6 @@ def test_bench_on_a_prompt_set_with_only_the_sequoia_lanes(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(out.read_text())
     assert [p["title"] for p in report["prompts"]] == [p["title"] for p in chosen]
+    assert report["prompt_source"] == str(tmp_path / "set.json")
     assert {r["method"] for r in report["results"]} == {"ar", "sequoia", "sequoia-auto"}
     assert report["config"]["chain_depths"] == [] and report["config"]["specinfer"] == []

@@ -199,6 +199,8 @@ def run(args) -> int:
         args.cpu_kernels = "default"
         baseline = pair_from_args(args)  # a second copy of the models, on PyTorch's own kernels
     report = bench.run_bench(pair, prompts, config, baseline_pair=baseline)
+    report["prompt_source"] = (args.prompt_set or args.prompts
+                               or f"assets/prompts.json, {args.prompt_mix or 'the default mix'}")
     print(f"{report['pair']['draft']} -> {report['pair']['target']}; {len(prompts)} prompts, "
           f"{config.max_new_tokens} new tokens each; {bench_report.format_machine(report)}")
     print(bench_report.format_table(report))
