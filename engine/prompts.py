@@ -9,7 +9,7 @@ from pathlib import Path
 ASSET_PROMPTS = Path(__file__).resolve().parents[1] / "assets" / "prompts.json"
 # the 24 code and prose prompts the shipped acceptance vectors were measured on (issue 15)
 MEASUREMENT_PROMPTS = ASSET_PROMPTS.with_name("measurement-prompts.json")
-# 24 more in the same style, never measured on: the bench's held-out check of those vectors
+# 24 more in the same style, never measured on: the bench's prompts (a held-out check of those vectors)
 HELDOUT_PROMPTS = ASSET_PROMPTS.with_name("heldout-prompts.json")
 
 
@@ -37,10 +37,10 @@ def default_prompts() -> list[str]:
     return [p.text for p in asset_prompts()]
 
 
-def prompt_mix(mix: dict[str, int]) -> list[Prompt]:
-    """The first prompts of each kind, e.g. {"code": 2, "prose": 1}."""
+def prompt_mix(mix: dict[str, int], prompts: list[Prompt] | None = None) -> list[Prompt]:
+    """The first prompts of each kind, e.g. {"code": 2, "prose": 1}, of `prompts` (default: the examples)."""
     out, seen = [], {k: 0 for k in mix}
-    for p in asset_prompts():
+    for p in asset_prompts() if prompts is None else prompts:
         if p.kind in mix and seen[p.kind] < mix[p.kind]:
             out.append(p)
             seen[p.kind] += 1

@@ -118,7 +118,7 @@ def test_bad_tree_files(dirs, tmp_path, capsys):
         assert code == 2 and "error:" in err, (name, err)
 
 
-@pytest.mark.parametrize("mix,needle", [("code=2,poetry=1", "kinds code, prose"), ("prose=9", "has 2 prose"),
+@pytest.mark.parametrize("mix,needle", [("code=2,poetry=1", "kinds code, prose"), ("prose=99", "has 12 prose"),
                                         ("code=0", "counts >= 1"), (",", "empty")])
 def test_bench_prompt_mix_bad_values_are_one_line_exit_2(dirs, capsys, mix, needle):
     draft, target = dirs
@@ -128,11 +128,34 @@ def test_bench_prompt_mix_bad_values_are_one_line_exit_2(dirs, capsys, mix, need
     assert len(error_lines) == 1 and needle in error_lines[0], err
 
 
-def test_bench_prompt_mix_picks_the_shipped_prompts_of_each_kind():
-    from engine.commands.bench import _mix
-    from engine.bench import default_prompts
-    prompts = default_prompts(_mix("code=1,prose=2"))
-    assert [p.kind for p in prompts].count("prose") == 2 and [p.kind for p in prompts].count("code") == 1
+def _bench_args(*argv):
+    import argparse
+    from engine.commands.bench import register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["bench", *argv])
+
+
+def test_bench_prompts_come_from_the_held_out_set_unless_told():
+    from engine.commands.bench import bench_prompts
+    from engine.prompts import HELDOUT_PROMPTS, asset_prompts, prompt_set
+    held_out, examples = prompt_set(HELDOUT_PROMPTS), asset_prompts()
+    first = {kind: [p.title for p in held_out if p.kind == kind] for kind in ("code", "prose")}
+
+    prompts, source = bench_prompts(_bench_args())      # no flags: 2 code + 2 prose of the held-out set
+    assert [p.title for p in prompts] == first["code"][:2] + first["prose"][:2]
+    assert source == "assets/heldout-prompts.json, code=2,prose=2"
+    prompts, source = bench_prompts(_bench_args("--quick"))
+    assert [p.title for p in prompts] == first["code"][:1] + first["prose"][:1]
+    assert source == "assets/heldout-prompts.json, code=1,prose=1"
+    prompts, _ = bench_prompts(_bench_args("--prompt-mix", "code=1,prose=3"))
+    assert [p.title for p in prompts] == first["code"][:1] + first["prose"][:3]
+    # a mix picks from the set it is given: the app's examples
+    prompts, source = bench_prompts(_bench_args("--prompt-set", "assets/prompts.json", "--prompt-mix", "prose=2"))
+    assert [p.title for p in prompts] == [p.title for p in examples if p.kind == "prose"][:2]
+    assert source == "assets/prompts.json, prose=2"
+    prompts, source = bench_prompts(_bench_args("--prompt-set", "assets/prompts.json"))
+    assert [p.title for p in prompts] == [p.title for p in examples] and source == "assets/prompts.json"
 
 
 def test_bench_prompt_set_bad_files_are_one_line_exit_2(dirs, capsys, tmp_path):
@@ -146,9 +169,10 @@ def test_bench_prompt_set_bad_files_are_one_line_exit_2(dirs, capsys, tmp_path):
         code, err = in_process(capsys, "bench", "--quick", "--draft", draft, "--target", target, "--prompt-set", path)
         error_lines = [line for line in err.splitlines() if line.startswith("error:")]
         assert code == 2 and len(error_lines) == 1 and needle in error_lines[0], (path, err)
+    (tmp_path / "lines.txt").write_text("one prompt\n")
     code, err = in_process(capsys, "bench", "--quick", "--draft", draft, "--target", target,
-                           "--prompt-set", "assets/heldout-prompts.json", "--prompt-mix", "code=1")
-    assert code == 2 and "one of --prompts, --prompt-set and --prompt-mix" in err
+                           "--prompts", tmp_path / "lines.txt", "--prompt-mix", "code=1")
+    assert code == 2 and "--prompts is a whole list" in err
 
 
 def test_bench_lanes_can_leave_out_chains_and_specinfer():

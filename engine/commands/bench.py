@@ -2,17 +2,20 @@
 prompts and seeds; prints a table and the goals, writes JSON and a plot (engine/bench.py measures,
 engine/bench_report.py shows).
 
-Without flags this is the committed CPU run: the embedded default pair, 2 code + 1 prose example
-prompts, 32 new tokens, T = 0 and 0.7, chains 3/5/7, SpecInfer 2x4 and 5x4, Sequoia at 4/8/16/32
-nodes (+ the SpecInfer node counts), and the hardware-aware Sequoia tree."""
+Without flags: the embedded default pair, 2 code + 2 prose prompts of the bench's prompt set
+(assets/heldout-prompts.json), 32 new tokens, T = 0 and 0.7, chains 3/5/7, SpecInfer 2x4 and 5x4,
+Sequoia at 4/8/16/32 nodes (+ the SpecInfer node counts), and the hardware-aware Sequoia tree. The
+README's committed run gives its flags."""
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from engine import bench, bench_report
 from engine.commands.common import add_pair_args, pair_from_args, read_prompt_set, read_prompts
 from engine.errors import UserError
+from engine.prompts import Prompt
 
 
 def register(sub) -> None:
@@ -21,13 +24,15 @@ def register(sub) -> None:
                                    "same prompts and seeds; print a table, write JSON and a plot.")
     add_pair_args(p)
     p.add_argument("--prompts", default=None,
-                   help="text file, one prompt per line (\\n = newline); default: 2 code + 1 prose prompt "
-                        "from assets/prompts.json")
+                   help="text file, one prompt per line (\\n = newline); default: 2 code + 2 prose prompts "
+                        "from assets/heldout-prompts.json")
     p.add_argument("--prompt-set", default=None, metavar="JSON",
-                   help="a JSON prompt set (a list of {title, kind, prompt}, or {\"prompts\": [...]}), e.g. "
-                        "assets/heldout-prompts.json: prompts the shipped vectors were not measured on")
+                   help="a JSON prompt set (a list of {title, kind, prompt}, or {\"prompts\": [...]}); default "
+                        "assets/heldout-prompts.json (prompts the shipped vectors were not measured on); "
+                        "assets/prompts.json holds the app's examples")
     p.add_argument("--prompt-mix", default=None, metavar="code=N,prose=M",
-                   help="how many of assets/prompts.json's prompts of each kind (default code=2,prose=1)")
+                   help="how many of the prompt set's prompts of each kind, the first of each in file order "
+                        "(default code=2,prose=2; with --prompt-set and no --prompt-mix: all of that set)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per prompt and method (default 32)")
     p.add_argument("--temperatures", default=None, help="comma-separated, 0 = greedy (default 0,0.7)")
     p.add_argument("--top-p", type=float, default=None)
@@ -118,10 +123,10 @@ def _none(text: str) -> bool:
     return text.strip().lower() == "none"
 
 
-def _mix(text: str) -> dict[str, int]:
-    """'code=2,prose=2' -> {'code': 2, 'prose': 2}, checked against the shipped prompts."""
+def _mix(text: str, prompts: list[Prompt], source: str) -> dict[str, int]:
+    """'code=2,prose=2' -> {'code': 2, 'prose': 2}, checked against the prompt set it picks from."""
     from collections import Counter
-    have = Counter(p.kind for p in bench.asset_prompts())
+    have = Counter(p.kind for p in prompts)
     mix = {}
     for part in (x.strip() for x in text.split(",") if x.strip()):
         kind, _, count = part.partition("=")
@@ -129,7 +134,7 @@ def _mix(text: str) -> dict[str, int]:
             raise UserError(f"--prompt-mix takes kind=count with kinds {', '.join(sorted(have))} and counts >= 1 "
                             f"(got {part!r})")
         if int(count) > have[kind]:
-            raise UserError(f"--prompt-mix {part}: assets/prompts.json has {have[kind]} {kind} prompts")
+            raise UserError(f"--prompt-mix {part}: {source} has {have[kind]} {kind} prompts")
         mix[kind] = int(count)
     if not mix:
         raise UserError("--prompt-mix is empty")
@@ -178,18 +183,35 @@ def _validate(c: bench.BenchConfig) -> None:
         raise UserError("--learning-check-tokens must be >= 1 and --learning-check-after >= 0")
 
 
+def bench_prompts(args) -> tuple[list[Prompt], str]:
+    """The prompts to run and where they came from, as the report records it."""
+    if args.prompts is not None:
+        if args.prompt_set is not None or args.prompt_mix is not None:
+            raise UserError("--prompts is a whole list: give it without --prompt-set and --prompt-mix")
+        return bench.prompts_from_texts(read_prompts(args.prompts)), args.prompts
+    source = args.prompt_set or _shown(bench.BENCH_PROMPTS)
+    prompts = read_prompt_set(args.prompt_set or bench.BENCH_PROMPTS)
+    if args.prompt_mix is not None:
+        mix = _mix(args.prompt_mix, prompts, source)
+    elif args.prompt_set is not None:
+        return prompts, source
+    else:
+        mix = bench.QUICK_PROMPT_MIX if args.quick else bench.DEFAULT_PROMPT_MIX
+    described = ",".join(f"{kind}={count}" for kind, count in mix.items())
+    return bench.default_prompts(mix, prompts), f"{source}, {described}"
+
+
+def _shown(path) -> str:
+    """A shipped file as the repository names it (assets/...)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[2]))
+    except ValueError:
+        return str(path)
+
+
 def run(args) -> int:
     config = config_from_args(args)
-    if sum(x is not None for x in (args.prompts, args.prompt_set, args.prompt_mix)) > 1:
-        raise UserError("give one of --prompts, --prompt-set and --prompt-mix")
-    if args.prompt_set:
-        prompts = read_prompt_set(args.prompt_set)
-    elif args.prompts:
-        prompts = bench.prompts_from_texts(read_prompts(args.prompts))
-    elif args.prompt_mix:
-        prompts = bench.default_prompts(_mix(args.prompt_mix))
-    else:
-        prompts = bench.default_prompts(bench.QUICK_PROMPT_MIX if args.quick else None)
+    prompts, prompt_source = bench_prompts(args)
     pair = pair_from_args(args)
     baseline = None
     if config.compare_default_kernels:
@@ -199,8 +221,7 @@ def run(args) -> int:
         args.cpu_kernels = "default"
         baseline = pair_from_args(args)  # a second copy of the models, on PyTorch's own kernels
     report = bench.run_bench(pair, prompts, config, baseline_pair=baseline)
-    report["prompt_source"] = (args.prompt_set or args.prompts
-                               or f"assets/prompts.json, {args.prompt_mix or 'the default mix'}")
+    report["prompt_source"] = prompt_source
     print(f"{report['pair']['draft']} -> {report['pair']['target']}; {len(prompts)} prompts, "
           f"{config.max_new_tokens} new tokens each; {bench_report.format_machine(report)}")
     print(bench_report.format_table(report))
