@@ -1,5 +1,6 @@
-"""The example prompts shipped in assets/prompts.json: what measurements, the bench and the
-self-check run on when the user gives none."""
+"""The shipped prompt sets: the app's examples (assets/prompts.json, what the self-check runs on
+when the user gives none), the set the acceptance vectors were measured on, and the held-out set
+the bench runs by default."""
 from __future__ import annotations
 
 import json
