@@ -571,6 +571,9 @@ DEFINITIONS = {
               "(each run's first step is left out), so that the first prompt is planned from observed costs too",
     "tokens_per_step_interval_95": "a 95 % interval of tokens_per_step: block bootstrap over the runs' steps "
                                    "(blocks of 4 consecutive steps of one run, 2000 resamples)",
+    "tokens_per_step_interval_95_by_answer": "the same from resampling whole runs (answers, one per prompt) with "
+                                             "replacement: it counts how much answers differ, so with few prompts "
+                                             "it is the wider one (null with one run)",
     "tokens_per_second_geomean": "geometric mean over prompts of tokens/s (prompt_runs: the prompts, in the order "
                                  "of every *_runs list); the goals that compare two methods' tokens/s (the best "
                                  "swept tree, the best chain) use it: their ratio is the geometric mean of the "
@@ -682,6 +685,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 "truncated_tokens": sum(r.get("truncated_tokens", 0) for r in rs),
                 "tokens_per_step_runs": [r["tokens_per_step"] for r in rs],
                 "tokens_per_step_interval_95": yield_interval([r["step_yields"] for r in rs]),
+                "tokens_per_step_interval_95_by_answer": answer_interval([r["step_yields"] for r in rs]),
                 "speedup_vs_ar": _median(speed), "speedup_vs_ar_runs": speed,
                 "predicted_tokens_per_step": pred_step or s.predicted_tokens_per_step,
                 "predicted_tokens_per_second": pred_speed or s.predicted_tokens_per_second,
@@ -740,6 +744,23 @@ def yield_interval(runs: list[list[int]], block: int = 4, resamples: int = 2000,
     means = []
     for _ in range(resamples):
         drawn = [rng.choice(blocks) for _ in blocks]
+        means.append(sum(map(sum, drawn)) / sum(map(len, drawn)))
+    means.sort()
+    return [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]
+
+
+def answer_interval(runs: list[list[int]], resamples: int = 2000, seed: int = 0) -> list[float] | None:
+    """95 % interval of pooled tokens/step by resampling whole runs (answers) with replacement.
+    Acceptance drifts within an answer and differs between answers by more than blocks of steps
+    show (bench/acceptance-dynamics.txt), so with a few answers this is the wider, honest one."""
+    import random
+    runs = [run for run in runs if run]
+    if len(runs) < 2:
+        return None
+    rng = random.Random(seed)
+    means = []
+    for _ in range(resamples):
+        drawn = [rng.choice(runs) for _ in runs]
         means.append(sum(map(sum, drawn)) / sum(map(len, drawn)))
     means.sort()
     return [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]

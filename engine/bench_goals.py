@@ -55,7 +55,8 @@ def evaluate_goals(results: list[dict]) -> list[dict]:
                 err = r["tokens_per_step"] / r["predicted_tokens_per_step"] - 1
                 span = r.get("tokens_per_step_interval_95")
                 inside = (f" (95 % interval {span[0]:.2f}-{span[1]:.2f} over {r['steps']} steps: the prediction is "
-                          f"{'inside' if span[0] <= r['predicted_tokens_per_step'] <= span[1] else 'outside'} it)"
+                          f"{_where(r['predicted_tokens_per_step'], span)} it"
+                          f"{_by_answer(r['predicted_tokens_per_step'], r.get('tokens_per_step_interval_95_by_answer'))})"
                           if span else "")
                 goals.append({"goal": f"T={t:g}: {r['label']} predicted tokens/step within 10 % of observed",
                               "measured": err, "target": 0.10, "met": abs(err) <= 0.10,
@@ -172,3 +173,12 @@ def loaded_pair_goals(pair: ModelPair, prof) -> list[dict]:
     goals.append({"goal": "loaded pair <= 6 GB (weights as held, packed included)", "measured": gib, "target": 6.0,
                   "met": gib <= 6.0})
     return goals
+
+
+def _where(value: float, span: list[float]) -> str:
+    return "inside" if span[0] <= value <= span[1] else "outside"
+
+
+def _by_answer(value: float, span: list[float] | None) -> str:
+    """The interval over answers (resampled whole runs), which counts how much answers differ."""
+    return f"; over answers {span[0]:.2f}-{span[1]:.2f}: {_where(value, span)}" if span else ""

@@ -94,3 +94,13 @@ def test_tokens_per_step_interval_is_a_block_bootstrap_of_the_steps():
     assert lo < sum(few[0]) / 12 < hi
     lo2, hi2 = bench.yield_interval(many)
     assert lo2 < 3.0 < hi2 and (hi2 - lo2) < (hi - lo) / 3     # 33x the steps: about a sixth as wide
+
+
+def test_interval_over_answers_counts_how_much_answers_differ():
+    assert bench.answer_interval([[3, 3, 3]]) is None                # one answer: nothing to resample
+    assert bench.answer_interval([[3] * 20, [3] * 8]) == [3.0, 3.0]
+    # two long answers, one easy and one hard: steps look certain, the answers say otherwise
+    easy, hard = [5] * 200, [1] * 200
+    lo, hi = bench.answer_interval([easy, hard])
+    block_lo, block_hi = bench.yield_interval([easy, hard])
+    assert lo == 1.0 and hi == 5.0 and lo < block_lo <= block_hi < hi
