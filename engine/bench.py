@@ -735,32 +735,28 @@ def yield_interval(runs: list[list[int]], block: int = 4, resamples: int = 2000,
     `block` consecutive steps of one run are drawn with replacement, because a run's steps are not
     independent (an easy stretch of text makes several long steps in a row). At T > 0 each run's
     text is a sample, so a few dozen steps leave tokens/step uncertain by 10 % and more."""
-    import random
-    blocks = [run[i:i + block] for run in runs for i in range(0, len(run), block)]
-    blocks = [b for b in blocks if b]
-    if len(blocks) < 2:
-        return None
-    rng = random.Random(seed)
-    means = []
-    for _ in range(resamples):
-        drawn = [rng.choice(blocks) for _ in blocks]
-        means.append(sum(map(sum, drawn)) / sum(map(len, drawn)))
-    means.sort()
-    return [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]
+    return _pooled_bootstrap([run[i:i + block] for run in runs for i in range(0, len(run), block)],
+                             resamples, seed)
 
 
 def answer_interval(runs: list[list[int]], resamples: int = 2000, seed: int = 0) -> list[float] | None:
     """95 % interval of pooled tokens/step by resampling whole runs (answers) with replacement.
     Acceptance drifts within an answer and differs between answers by more than blocks of steps
     show (bench/acceptance-dynamics.txt), so with a few answers this is the wider, honest one."""
+    return _pooled_bootstrap(runs, resamples, seed)
+
+
+def _pooled_bootstrap(units: list[list[int]], resamples: int, seed: int) -> list[float] | None:
+    """95 % interval of pooled yields over steps when whole units (lists of step yields) are drawn
+    with replacement; None with fewer than two non-empty units (nothing to resample)."""
     import random
-    runs = [run for run in runs if run]
-    if len(runs) < 2:
+    units = [u for u in units if u]
+    if len(units) < 2:
         return None
     rng = random.Random(seed)
     means = []
     for _ in range(resamples):
-        drawn = [rng.choice(runs) for _ in runs]
+        drawn = [rng.choice(units) for _ in units]
         means.append(sum(map(sum, drawn)) / sum(map(len, drawn)))
     means.sort()
     return [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]

@@ -201,12 +201,9 @@ def bench_prompts(args) -> tuple[list[Prompt], str]:
     return bench.default_prompts(mix, prompts), f"{source}, {described}"
 
 
-def _shown(path) -> str:
+def _shown(path: Path) -> str:
     """A shipped file as the repository names it (assets/...)."""
-    try:
-        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parents[2]))
-    except ValueError:
-        return str(path)
+    return str(path.relative_to(Path(__file__).resolve().parents[2]))
 
 
 def run(args) -> int:
