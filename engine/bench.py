@@ -107,6 +107,7 @@ class BenchConfig:
     learning_check: bool = False                      # issue 15: learning's prediction after 64 tokens
     learning_check_tokens: int = 256                  # tokens the check runs after the boundary
     learning_check_after: int = LEARN_AFTER           # the boundary (generated tokens)
+    learning_check_prompts: int = 1                   # check runs per prompt kind (the first of each)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -131,14 +131,17 @@ def learning_check_goals(check: dict | None) -> list[dict]:
     """--learning-check (engine/bench_learning.py): per temperature and prompt kind, the prediction
     at the boundary against the rest of the run; a run that could not be measured is not met."""
     goals = []
-    for r in (check or {}).get("runs", []):
+    runs = (check or {}).get("runs", [])
+    for r in runs:
         err = r.get("error")
+        several = sum(x["temperature"] == r["temperature"] and x["kind"] == r["kind"] for x in runs) > 1
+        which = f"{r['kind']}: {r['prompt']}" if several else r["kind"]
         detail = (r.get("note", "") if err is None else
                   f"predicted {r['predicted_tokens_per_step']:.2f}, observed {r['observed_tokens_per_step']:.2f} "
                   f"over {r['steps_after']} steps / {r['tokens_after']} tokens after the freeze; one run, "
                   f"{r['positions_behind_posterior']['total']} positions behind the posterior")
         goals.append({"goal": f"T={r['temperature']:g}: learning after {check['after']} tokens: predicted "
-                              f"tokens/step within 10 % of the rest of the run ({r['kind']})",
+                              f"tokens/step within 10 % of the rest of the run ({which})",
                       "measured": err, "target": 0.10, "met": err is not None and abs(err) <= 0.10,
                       "detail": detail})
     return goals

@@ -1,8 +1,9 @@
 """`python -m engine bench --learning-check` (issue 15 goal): with learning on, after the first
 AFTER (64) generated tokens, does the plan's predicted tokens/step hold for the rest of the run?
 
-Protocol, at each bench temperature, for the first code and the first prose prompt of the bench's
-prompts (the first shipped example of that kind, engine/prompts.py, when the bench's set has none):
+Protocol, at each bench temperature, for the first N code and the first N prose prompts of the
+bench's prompts (N = --learning-check-prompts, default 1; the first shipped example of a kind,
+engine/prompts.py, when the bench's prompts have none of it), one run each:
 - ONE generation of the hardware-aware Sequoia plan (sequoia-auto with the bench's search bounds
   and the costs its hardware-aware lanes planned with: the device profile corrected by the step
   costs the bench's runs observed; the DP tree of the largest bench budget under --no-auto), AFTER + TOKENS new
@@ -32,12 +33,13 @@ FROZEN = ("the tree is frozen at the first step boundary at or after {after} gen
           "no re-plans after it, so the prediction is about the tree that ran")
 
 
-def check_prompts(prompts: list[Prompt]) -> list[tuple[Prompt, int | None]]:
-    """(prompt, index in the bench's prompts or None for a shipped example) per kind."""
+def check_prompts(prompts: list[Prompt], per_kind: int = 1) -> list[tuple[Prompt, int | None]]:
+    """(prompt, index in the bench's prompts or None for a shipped example): the first `per_kind`
+    of each kind (fewer where the bench's prompts hold fewer; a shipped example where none)."""
     out = []
     for kind in KINDS:
-        i = next((i for i, p in enumerate(prompts) if p.kind == kind), None)
-        out += [(prompts[i], i)] if i is not None else [(p, None) for p in prompt_mix({kind: 1})]
+        found = [(p, i) for i, p in enumerate(prompts) if p.kind == kind][:per_kind]
+        out += found or [(p, None) for p in prompt_mix({kind: 1})]
     return out
 
 
@@ -120,7 +122,7 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
     after, tokens = config.learning_check_after, config.learning_check_tokens
     rows, replanners = [], []
     for temperature in config.temperatures:
-        for prompt, index in check_prompts(prompts):
+        for prompt, index in check_prompts(prompts, config.learning_check_prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=after + tokens, seed=config.seed + (index or 0), ignore_eos=True)
             plan_costs = (costs or {}).get(temperature) or prof
@@ -149,7 +151,10 @@ def format_check(check: dict | None) -> str:
     """The printed section of the report."""
     if not check:
         return ""
-    lines = [f"learning check ({check['after']} + {check['tokens']} tokens, one run per temperature and kind): "
+    per = max(sum(x["temperature"] == r["temperature"] and x["kind"] == r["kind"] for x in check["runs"])
+              for r in check["runs"]) if check["runs"] else 0
+    lines = [f"learning check ({check['after']} + {check['tokens']} tokens, "
+             f"{'one run' if per == 1 else f'up to {per} runs'} per temperature and kind): "
              f"{check['frozen']}; evidence {check['storage']}"]
     for r in check["runs"]:
         head = f"  T={r['temperature']:g} {r['kind']:<5} {r['method']} ({r['prompt']}): "
@@ -164,4 +169,19 @@ def format_check(check: dict | None) -> str:
                      f"{r['observed_tokens_per_step']:.2f} tok/step ({r['error']:+.1%}); posterior from {p['total']} "
                      f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run); "
                      f"re-plans after the freeze {r['replans_after_freeze']}")
+    lines += _tallies(check["runs"])
     return "\n".join(lines)
+
+
+def _tallies(runs: list[dict]) -> list[str]:
+    """With more than one run of a temperature and kind: how many were within 10 %, per kind."""
+    out = []
+    for t in sorted({r["temperature"] for r in runs}):
+        parts = []
+        for kind in KINDS:
+            errs = [r["error"] for r in runs if r["temperature"] == t and r["kind"] == kind]
+            if errs:
+                parts.append(f"{kind} {sum(e is not None and abs(e) <= 0.10 for e in errs)} of {len(errs)}")
+        if any(sum(r["temperature"] == t and r["kind"] == k for r in runs) > 1 for k in KINDS):
+            out.append(f"  T={t:g}: within 10 %: " + ", ".join(parts))
+    return out

@@ -198,3 +198,35 @@ def test_bench_learning_check_end_to_end(tmp_path):
     assert names == [f"T=0: learning after 8 tokens: predicted tokens/step within 10 % of the rest of the run ({k})"
                      for k in ("code", "prose")]
     assert "learning check (8 + 16 tokens" in run.stdout and "learning after 8 tokens" in run.stdout
+
+
+def test_more_check_prompts_per_kind_give_a_rate():
+    prompts = [Prompt("c1", "code", "a"), Prompt("p1", "prose", "b"), Prompt("c2", "code", "c"),
+               Prompt("c3", "code", "d")]
+    assert [(p.title, i) for p, i in bench_learning.check_prompts(prompts)] == [("c1", 0), ("p1", 1)]
+    assert [(p.title, i) for p, i in bench_learning.check_prompts(prompts, 2)] == [("c1", 0), ("c2", 2), ("p1", 1)]
+    assert [p.kind for p, _ in bench_learning.check_prompts(prompts[:1], 3)] == ["code", "prose"]  # a shipped prose
+    runs = [{"temperature": 0.0, "kind": k, "prompt": t, "error": e, "method": "sequoia", "note": "n/a",
+             "predicted_tokens_per_step": 2.0, "observed_tokens_per_step": 2.0, "steps_after": 9, "tokens_after": 16,
+             "tokens_before": 8, "steps_before": 3, "replans_before_freeze": 0, "replans_after_freeze": 0,
+             "truncated_tokens_after": 0, "positions_behind_posterior": {"total": 1, "measured": 1, "stored": 0,
+                                                                         "this_run": 0}}
+            for k, t, e in (("code", "c1", 0.05), ("code", "c2", -0.2), ("prose", "p1", None))]
+    check = {"after": 8, "tokens": 16, "frozen": "f", "storage": "s", "runs": runs}
+    text = bench_learning.format_check(check)
+    assert "up to 2 runs per temperature and kind" in text and "T=0: within 10 %: code 1 of 2, prose 0 of 1" in text
+    goals = bench_goals.learning_check_goals(check)
+    assert [g["goal"].split("(")[-1] for g in goals] == ["code: c1)", "code: c2)", "prose)"]
+    assert [g["met"] for g in goals] == [True, False, False]
+    one = bench_learning.format_check({**check, "runs": [runs[0], runs[2]]})
+    assert "one run per temperature and kind" in one and "within 10 %:" not in one
+
+
+def test_check_prompts_flag():
+    parser = bench_cmd.argparse.ArgumentParser()
+    bench_cmd.register(parser.add_subparsers())
+    config = bench_cmd.config_from_args(parser.parse_args(["bench", "--learning-check", "--learning-check-prompts", "3"]))
+    assert config.learning_check_prompts == 3
+    assert bench_cmd.config_from_args(parser.parse_args(["bench"])).learning_check_prompts == 1
+    with pytest.raises(bench_cmd.UserError, match="--learning-check-prompts must be >= 1"):
+        bench_cmd.config_from_args(parser.parse_args(["bench", "--learning-check-prompts", "0"]))

@@ -74,6 +74,9 @@ def register(sub) -> None:
                    help="with --learning-check: tokens generated after the boundary (default 256)")
     p.add_argument("--learning-check-after", type=int, default=None, metavar="K",
                    help="with --learning-check: the boundary in generated tokens (default 64, the goal's figure)")
+    p.add_argument("--learning-check-prompts", type=int, default=None, metavar="N",
+                   help="with --learning-check: runs per prompt kind, on the first N code and the first N prose "
+                        "prompts (default 1; more give a rate rather than one answer's outcome)")
     p.add_argument("--fresh", action="store_true",
                    help="measure acceptance vectors and the device profile in this run even if cached")
     p.add_argument("--quick", action="store_true",
@@ -156,7 +159,8 @@ def config_from_args(args) -> bench.BenchConfig:
                       ("auto_max_budget", "auto_max_budget"), ("seed", "seed"), ("warmup_tokens", "warmup_tokens"),
                       ("acceptance_tokens", "acceptance_tokens"), ("acceptance_prompts", "acceptance_prompts"),
                       ("profile_repeats", "profile_repeats"), ("learning_check_tokens", "learning_check_tokens"),
-                      ("learning_check_after", "learning_check_after")):
+                      ("learning_check_after", "learning_check_after"),
+                      ("learning_check_prompts", "learning_check_prompts")):
         if getattr(args, flag) is not None:
             changes[key] = getattr(args, flag)
     changes.update(match_specinfer=not args.no_match_specinfer, auto=not args.no_auto, ignore_eos=args.ignore_eos,
@@ -179,8 +183,9 @@ def _validate(c: bench.BenchConfig) -> None:
         raise UserError(f"--auto-max-budget must be at least 1 (got {c.auto_max_budget})")
     if c.warmup_tokens < 0 or c.acceptance_tokens < 1 or c.profile_repeats < 1:
         raise UserError("--warmup-tokens must be >= 0, --acceptance-tokens and --profile-repeats >= 1")
-    if c.learning_check_tokens < 1 or c.learning_check_after < 0:
-        raise UserError("--learning-check-tokens must be >= 1 and --learning-check-after >= 0")
+    if c.learning_check_tokens < 1 or c.learning_check_after < 0 or c.learning_check_prompts < 1:
+        raise UserError("--learning-check-tokens and --learning-check-prompts must be >= 1 and "
+                        "--learning-check-after >= 0")
 
 
 def bench_prompts(args) -> tuple[list[Prompt], str]:
