@@ -132,9 +132,10 @@ def learning_check_goals(check: dict | None) -> list[dict]:
     at the boundary against the rest of the run; a run that could not be measured is not met."""
     goals = []
     runs = (check or {}).get("runs", [])
+    groups = learning_runs_by_setting(runs)
     for r in runs:
         err = r.get("error")
-        several = sum(x["temperature"] == r["temperature"] and x["kind"] == r["kind"] for x in runs) > 1
+        several = len(groups[(r["temperature"], r["kind"])]) > 1
         which = f"{r['kind']}: {r['prompt']}" if several else r["kind"]
         detail = (r.get("note", "") if err is None else
                   f"predicted {r['predicted_tokens_per_step']:.2f}, observed {r['observed_tokens_per_step']:.2f} "
@@ -142,9 +143,21 @@ def learning_check_goals(check: dict | None) -> list[dict]:
                   f"{r['positions_behind_posterior']['total']} positions behind the posterior")
         goals.append({"goal": f"T={r['temperature']:g}: learning after {check['after']} tokens: predicted "
                               f"tokens/step within 10 % of the rest of the run ({which})",
-                      "measured": err, "target": 0.10, "met": err is not None and abs(err) <= 0.10,
-                      "detail": detail})
+                      "measured": err, "target": 0.10, "met": learning_met(err), "detail": detail})
     return goals
+
+
+def learning_met(error: float | None) -> bool:
+    """The learning goal for one check run: measured, and within 10 %."""
+    return error is not None and abs(error) <= 0.10
+
+
+def learning_runs_by_setting(runs: list[dict]) -> dict[tuple[float, str], list[dict]]:
+    """Learning-check runs grouped by (temperature, kind), each group in run order."""
+    groups: dict[tuple[float, str], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["temperature"], r["kind"]), []).append(r)
+    return groups
 
 
 def loaded_pair_goals(pair: ModelPair, prof) -> list[dict]:

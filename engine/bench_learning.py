@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from engine import bench, learning, planning
+from engine import bench, bench_goals, learning, planning
 from engine import methods as M
 from engine.decoding import generate
 from engine.models import encode_prompt
@@ -151,8 +151,8 @@ def format_check(check: dict | None) -> str:
     """The printed section of the report."""
     if not check:
         return ""
-    per = max(sum(x["temperature"] == r["temperature"] and x["kind"] == r["kind"] for x in check["runs"])
-              for r in check["runs"]) if check["runs"] else 0
+    groups = bench_goals.learning_runs_by_setting(check["runs"])
+    per = max(map(len, groups.values()), default=0)
     lines = [f"learning check ({check['after']} + {check['tokens']} tokens, "
              f"{'one run' if per == 1 else f'up to {per} runs'} per temperature and kind): "
              f"{check['frozen']}; evidence {check['storage']}"]
@@ -169,19 +169,16 @@ def format_check(check: dict | None) -> str:
                      f"{r['observed_tokens_per_step']:.2f} tok/step ({r['error']:+.1%}); posterior from {p['total']} "
                      f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run); "
                      f"re-plans after the freeze {r['replans_after_freeze']}")
-    lines += _tallies(check["runs"])
+    lines += _tallies(groups)
     return "\n".join(lines)
 
 
-def _tallies(runs: list[dict]) -> list[str]:
-    """With more than one run of a temperature and kind: how many were within 10 %, per kind."""
+def _tallies(groups: dict[tuple[float, str], list[dict]]) -> list[str]:
+    """Per temperature with more than one run of a kind: how many runs of each kind met the goal."""
     out = []
-    for t in sorted({r["temperature"] for r in runs}):
-        parts = []
-        for kind in KINDS:
-            errs = [r["error"] for r in runs if r["temperature"] == t and r["kind"] == kind]
-            if errs:
-                parts.append(f"{kind} {sum(e is not None and abs(e) <= 0.10 for e in errs)} of {len(errs)}")
-        if any(sum(r["temperature"] == t and r["kind"] == k for r in runs) > 1 for k in KINDS):
-            out.append(f"  T={t:g}: within 10 %: " + ", ".join(parts))
+    for t in sorted({t for t, _ in groups}):
+        kinds = [(kind, groups[(t, kind)]) for kind in KINDS if (t, kind) in groups]
+        if max((len(rs) for _, rs in kinds), default=0) > 1:
+            out.append(f"  T={t:g}: within 10 %: " + ", ".join(
+                f"{kind} {sum(bench_goals.learning_met(r['error']) for r in rs)} of {len(rs)}" for kind, rs in kinds))
     return out
