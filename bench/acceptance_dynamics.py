@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def measure_ranks(path: Path) -> None:
+def measure_ranks(path: Path, tokens: int = 128) -> None:
     import torch
 
     from engine import methods, sampling
@@ -44,7 +44,8 @@ def measure_ranks(path: Path) -> None:
     out = []
     for i, item in enumerate(json.loads((ROOT / "assets/measurement-prompts.json").read_text())["prompts"]):
         ids = encode_prompt(pair, item["prompt"], None)
-        answer, _ = generate_ids(pair, ids, methods.chain(4), Settings(temperature=0.0, max_new_tokens=128, seed=i))
+        answer, _ = generate_ids(pair, ids, methods.chain(4), Settings(temperature=0.0, max_new_tokens=tokens, seed=i,
+                                                                             ignore_eos=tokens > 128))
         seq = ids + answer
         p = _logits(pair.target, seq, len(ids), pair.rows_coupled("target"))
         q = fit_vocab(_logits(pair.draft, seq, len(ids), pair.rows_coupled("draft")), pair.vocab_size,
@@ -111,9 +112,11 @@ def analyse(data: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=Path, default=ROOT / "bench/acceptance-ranks.json")
+    ap.add_argument("--tokens", type=int, default=128,
+                    help="answer length to measure (over 128: ignore_eos, as the learning check runs)")
     args = ap.parse_args()
     if not args.ranks.exists():
-        measure_ranks(args.ranks)
+        measure_ranks(args.ranks, args.tokens)
     analyse(json.loads(args.ranks.read_text()))
     return 0
 
