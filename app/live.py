@@ -97,8 +97,12 @@ class Run:
         planned = vec.probabilities if vec is not None else None
         name = "planned (measured vector)" if (self.plan and self.plan.exact) else "planned (not measured here)"
         if self.learning is not None:  # learning on: prior (what the run started from), observed, posterior
+            drift = self.learning.get("drift") or {}
+            post_name = (f"posterior for the answer's rest (rank-1 misses x{drift['ratio']:.2f} after "
+                         f"{drift['opening']} tokens)" if drift.get("applied") else "posterior (plans the next steps)")
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
+                                           posterior_name=post_name,
                                            title="Acceptance by rank: prior, observed, posterior (learning)")
         return plots.acceptance_figure(planned, observed, ci=vec.ci95 if vec is not None else None,
                                        planned_name=name, title="Acceptance by rank: planned vs observed")

@@ -298,7 +298,8 @@ def observed_acceptance(events, max_rank: int = 16) -> list[tuple[int, int]]:
 
 
 def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = None, height: int = 260,
-                      planned_name: str = "planned (measured vector)", posterior=None) -> go.Figure:
+                      planned_name: str = "planned (measured vector)", posterior=None,
+                      posterior_name: str = "posterior (plans the next steps)") -> go.Figure:
     """Bars per rank: the planned vector (indigo) beside what this run observed (green), and with
     learning the posterior (amber) the next steps are planned from."""
     traces = []
@@ -321,7 +322,7 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
             marker=dict(color=STATUS_COLORS["accepted"]), customdata=[[h, n] for h, n in obs],
             hovertemplate="rank %{x}: %{customdata[0]} of %{customdata[1]} = %{y:.3f}<extra>observed</extra>"))
     if posterior is not None:
-        traces.append(dict(type="bar", x=xs, y=list(posterior)[:ranks], name="posterior (plans the next steps)",
+        traces.append(dict(type="bar", x=xs, y=list(posterior)[:ranks], name=posterior_name,
                            marker=dict(color=POSTERIOR),
                            hovertemplate="rank %{x}: P = %{y:.3f}<extra>posterior</extra>"))
     return _figure(traces, _layout(

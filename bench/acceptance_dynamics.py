@@ -109,15 +109,91 @@ def analyse(data: list[dict]) -> None:
                   + f"  | within 10 %: {within}/{len(errs)}")
 
 
+def miss(rows: list[list[int]], lo: int, hi: int | None = None) -> float:
+    """P(rank 1 missed) over answer positions lo..hi of `rows` (pooled over positions)."""
+    flat = [r for x in rows for r in x[lo:hi]]
+    return sum(r != 1 for r in flat) / len(flat)
+
+
+def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, seed: int = 0) -> dict:
+    """How an answer's rest differs from its opening (longer answers than 128 tokens only):
+    rank-1 miss rate per 64-position window, the rest/opening miss ratio with a 95 % interval
+    (bootstrap over prompts), and the learning check mimicked leave-one-prompt-out (prior, ratio
+    and the measurement set mean all from the other prompts) with and without the ratio."""
+    import random
+    rng, out = random.Random(seed), {}
+    for dom in ("code", "prose"):
+        rs = [x["ranks"] for x in data if x["domain"] == dom]
+        n = min(map(len, rs))
+        if n <= prior_span:
+            return {}
+        windows = [(lo, min(lo + 64, n)) for lo in range(0, n, 64)]
+        ratio = miss(rs, opening) / miss(rs, 0, opening)
+        boots = sorted(miss(b, opening) / miss(b, 0, opening)
+                       for b in ([rng.choice(rs) for _ in rs] for _ in range(2000)))
+        lo95, hi95 = boots[50], boots[1949]
+        print(f"{dom}: {len(rs)} prompts x {n} positions; rank-1 miss per window: " + ", ".join(
+            f"{a}-{b} {miss(rs, a, b):.3f}" for a, b in windows))
+        print(f"  miss over the first {opening} {miss(rs, 0, opening):.3f}, the first {prior_span} "
+              f"{miss(rs, 0, prior_span):.3f}, after {opening} {miss(rs, opening):.3f}: rest/opening ratio "
+              f"{ratio:.3f} (95 % interval over prompts {lo95:.3f}-{hi95:.3f})")
+        for levels in (4, 5):
+            plain, drift = [], []
+            for i, x in enumerate(rs):
+                others = rs[:i] + rs[i + 1:]
+                prior = 1 - miss(others, 0, prior_span)
+                m = miss(others, opening) / miss(others, 0, opening)
+                head = x[:opening]
+                post = (32 * prior + sum(r == 1 for r in head)) / (32 + len(head))
+                actual = chain_yield(x[opening:], levels - 1)
+                plain.append(sum(post ** j for j in range(levels)) / actual - 1)
+                rest = 1 - (1 - post) * m
+                drift.append(sum(rest ** j for j in range(levels)) / actual - 1)
+            for name, errs in (("pooled", plain), ("pooled + ratio", drift)):
+                print(f"  learning check mimicked, {levels}-level chain, {name}: "
+                      + " ".join(f"{e:+.0%}" for e in errs)
+                      + f" | mean {statistics.mean(errs):+.1%}, within 10 %: {sum(abs(e) <= .1 for e in errs)}"
+                        f"/{len(errs)}")
+        out[dom] = {"prompts": len(rs), "positions_per_prompt": n, "opening": opening,
+                    "miss_opening": miss(rs, 0, opening), "miss_prior_span": miss(rs, 0, prior_span),
+                    "miss_rest": miss(rs, opening), "rest_over_opening": ratio, "ci95": [lo95, hi95],
+                    "windows": {f"{a}-{b}": miss(rs, a, b) for a, b in windows}}
+    return out
+
+
+def write_drift(path: Path, drift: dict, ranks: Path) -> None:
+    """The asset engine/answer_drift.py reads: the embedded pair's names, each domain's ratio with
+    its interval and whether the stated rule applies it, and where it came from."""
+    import platform
+    import time
+
+    from engine import answer_drift, embedded, profiler
+    obj = {"draft": embedded.DRAFT.folder_name, "target": embedded.TARGET.folder_name,
+           "definition": "rest_over_opening = P(rank 1 missed) over answer positions opening.. / over 0..opening, "
+                         "the target's greedy answers (ignore_eos) to assets/measurement-prompts.json; "
+                         "ci95: 2,000 bootstrap resamples of the prompts",
+           "rule": "applied where ci95 excludes 1 (engine/answer_drift.py)",
+           "command": f"python bench/acceptance_dynamics.py --tokens 320 --ranks {ranks.name} --drift-out {path.name}",
+           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ranks.stat().st_mtime)),
+           "machine": {"platform": platform.platform(), "processor": profiler._cpu_name()},
+           "domains": {d: {**v, "applied": answer_drift.applies(v)} for d, v in drift.items()}}
+    path.write_text(json.dumps(obj, indent=1) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=Path, default=ROOT / "bench/acceptance-ranks.json")
     ap.add_argument("--tokens", type=int, default=128,
                     help="answer length to measure (over 128: ignore_eos, as the learning check runs)")
+    ap.add_argument("--drift-out", type=Path, help="write the rest/opening drift per domain here (JSON)")
     args = ap.parse_args()
     if not args.ranks.exists():
         measure_ranks(args.ranks, args.tokens)
-    analyse(json.loads(args.ranks.read_text()))
+    data = json.loads(args.ranks.read_text())
+    analyse(data)
+    drift = analyse_drift(data)
+    if drift and args.drift_out:
+        write_drift(args.drift_out, drift, args.ranks)
     return 0
 
 

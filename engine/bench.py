@@ -59,7 +59,7 @@ from typing import Callable
 
 import torch
 
-from engine import bench_goals, learning, observed, profiler
+from engine import answer_drift, bench_goals, learning, observed, profiler
 from engine import methods as M
 from engine.decoding import generate
 from engine.errors import UserError
@@ -539,7 +539,8 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
         return
     key = learning_key(pair, settings, domain=domain)
     start = learning.with_stored(vec, learning.load(key)).probabilities
-    rest = rest_of_run(events, spec.tree, start)
+    rest = rest_of_run(events, spec.tree, start,
+                       drift=answer_drift.ratio_for(pair.draft_name, pair.target_name, domain))
     if rest is not None:
         r.update(rest)
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
@@ -790,14 +791,19 @@ def step_yield(event) -> int:
     return sum(n.status == "accepted" for n in event.nodes) + any(n.status == "bonus" for n in event.nodes)
 
 
-def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER) -> dict | None:
+def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER,
+                drift: float | None = None) -> dict | None:
     """The posterior after the first `after` generated tokens (start pooled with their censored
-    outcomes) predicts F(tree) for the rest of the run; compared with the rest's observed yield."""
+    outcomes; for the rest of the answer by the domain's measured `drift` where one applies,
+    learning.rest_posterior) predicts F(tree) for the rest of the run; compared with the rest's
+    observed yield."""
     seen, head = 0, []
     for i, e in enumerate(events):
         if seen >= after:
             rest = events[i:]
-            post = learning.pooled(start, learning.events_evidence(head))
+            opening = learning.events_evidence(head)
+            post = (learning.pooled(start, opening) if drift is None else
+                    learning.rest_posterior(start, opening, learning.Evidence(), drift))
             observed = sum(step_yield(x) for x in rest) / len(rest)
             predicted = tree.expected_tokens(post)
             return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,

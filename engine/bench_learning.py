@@ -10,8 +10,9 @@ engine/prompts.py, when the bench's prompts have none of it), one run each:
   tokens, ignore_eos, learning ON: planning.Replanner(learn=True) from the bench's vector pooled
   with the evidence earlier runs stored (learning.with_stored: what build_plan does with learn=True);
 - at the first step boundary at or after AFTER generated tokens it takes the tree the Replanner
-  gives for the next step and the learner's posterior at that moment: predicted tokens/step =
-  tree.expected_tokens(posterior). From then on the tree is FROZEN: the Replanner is not asked
+  gives for the next step and the learner's posterior at that moment (for the rest of the answer:
+  the domain's measured rest/opening drift where one applies, engine/answer_drift.py): predicted
+  tokens/step = tree.expected_tokens(posterior). From then on the tree is FROZEN: the Replanner is not asked
   again, so the prediction is about the tree that actually runs;
 - observed = the rest's step yields over its steps, by bench.rest_of_run (the same boundary; a last
   step cut by max-new-tokens counts its full verified yield, bench.step_yield: the issue 15 fix).
@@ -68,6 +69,8 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     """One learning run frozen at the boundary: (row of figures, the Replanner holding its evidence)."""
     replan = planning.Replanner(pair, result, settings, learn=True)
     learner = replan.learner
+    if learner is not None:
+        learner.opening = after  # the check's boundary is the answer's opening (answer_drift)
     seen, frozen = 0, {}
 
     def plan():
@@ -88,8 +91,9 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     row = {"method": result.spec.kind, "finish_reason": last.finish_reason, "tokens": last.total_tokens,
            "steps": last.total_steps, "seconds": time.perf_counter() - t0, "frozen": bool(frozen),
            "replans": replan.replans, "start_source": result.acceptance.source,
-           "acceptance_domain": result.domain or "pooled"}
-    rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after) if frozen else None
+           "acceptance_domain": result.domain or "pooled",
+           "rest_over_opening": learner.drift if learner is not None else None}
+    rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after, learner.drift) if frozen else None
     if rest is None:
         row.update(error=None, note=("no learning: the plan drafts nothing" if learner is None else
                                      f"the run ended after {last.total_tokens} tokens, with no step after a "
@@ -167,7 +171,9 @@ def format_check(check: dict | None) -> str:
                      f"steps after "
                      f"({r['truncated_tokens_after']} cut); predicted {r['predicted_tokens_per_step']:.2f}, observed "
                      f"{r['observed_tokens_per_step']:.2f} tok/step ({r['error']:+.1%}); posterior from {p['total']} "
-                     f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run); "
+                     f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run"
+                     + (f", drifted to the rest by {r['rest_over_opening']:.3f}" if r.get("rest_over_opening") else "")
+                     + "); "
                      f"re-plans after the freeze {r['replans_after_freeze']}")
     lines += _tallies(groups)
     return "\n".join(lines)

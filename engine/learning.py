@@ -22,6 +22,14 @@ scaled down to MAX_TOTAL. Two stages use the rule:
      stored by earlier runs at the same settings (cache_dir()/learned/<acceptance key>.json);
   2. within a run, the starting vector pooled with this run's evidence; the decoder gets a
      re-planned tree between steps (engine/planning.py plan_from_vector).
+Past an answer's opening (answer_drift.OPENING generated tokens) the plan is for the rest of the
+answer, which for the embedded pair accepts differently from the opening (engine/answer_drift.py).
+Where a measured rest/opening ratio applies, stage 2 becomes (rest_posterior):
+
+    opening[k] = posterior above over the opening's own evidence
+    rest0      = drifted(opening, ratio): P(rank 1 missed) times ratio, ranks 2.. scaled alike
+    rest[k]    = ((w + opening trials[k]) * rest0[k] + rest accepts[k]) / (w + opening trials[k] + rest trials[k])
+
 Stored evidence is capped at STORED_CAP trials of rank 1 (older evidence is scaled down), so the
 stored vector follows a pair's recent use. The measured vector in the acceptance cache is never
 touched.
@@ -38,6 +46,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from engine import answer_drift
 from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -144,6 +153,31 @@ def pooled(prior: list[float], evidence: Evidence, weight: float = PRIOR_WEIGHT)
     return out
 
 
+def drifted(probs: list[float], ratio: float) -> list[float]:
+    """`probs` with P(rank 1 missed) multiplied by `ratio` and the ranks after it scaled alike
+    (the draft's ranking given a rank-1 miss keeps its shape); the sum capped at MAX_TOTAL."""
+    if not probs:
+        return []
+    out = [max(0.0, 1.0 - (1.0 - probs[0]) * ratio)] + [p * ratio for p in probs[1:]]
+    total = sum(out)
+    return [x * MAX_TOTAL / total for x in out] if total > MAX_TOTAL else out
+
+
+def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, ratio: float,
+                   weight: float = PRIOR_WEIGHT) -> list[float]:
+    """The posterior for an answer's rest (module docstring): the opening's posterior, drifted by
+    the measured ratio, as a prior as strong as what backs it, updated with the rest's evidence."""
+    start = drifted(pooled(prior, opening, weight), ratio)
+    out = []
+    for k, p in enumerate(start):
+        w = weight + (opening.trials[k] if k < len(opening.trials) else 0.0)
+        t = rest.trials[k] if k < len(rest.trials) else 0.0
+        a = rest.accepts[k] if k < len(rest.accepts) else 0.0
+        out.append((w * p + a) / (w + t))
+    total = sum(out)
+    return [x * MAX_TOTAL / total for x in out] if total > MAX_TOTAL else out
+
+
 # ---------------------------------------------------------------- storage
 def learned_path(key: str) -> Path:
     return cache_dir() / "learned" / f"{key}.json"
@@ -206,20 +240,38 @@ def with_stored(vec, stored: Evidence):
 class Learner:
     """Learning during one run: starts from `start` (a vector already pooled with stored
     evidence), absorbs each StepEvent, and says when the posterior moved enough to re-plan.
-    `record()` at the end adds the run's evidence to the store under `key`."""
+    With `drift` (answer_drift.ratio_for), once `opening` tokens were generated the posterior is
+    for the rest of the answer (rest_posterior). `record()` at the end adds the run's evidence to
+    the store under `key`."""
 
     def __init__(self, start: list[float], key: str | None = None, meta: dict | None = None,
-                 base: list[float] | None = None, weight: float = PRIOR_WEIGHT):
+                 base: list[float] | None = None, weight: float = PRIOR_WEIGHT,
+                 drift: float | None = None, opening: int = answer_drift.OPENING):
         self.start, self.key, self.meta, self.weight = list(start), key, meta or {}, weight
         self.base = list(base) if base is not None else list(start)   # the measured/interpolated vector
+        self.drift, self.opening = drift, opening
         self.run = Evidence()
+        self.head, self.tail = Evidence(), Evidence()   # the run's evidence in the opening / after it
+        self.tokens = 0                                 # generated tokens observed so far
         self.planned_with = list(start)   # the vector the current tree was planned from
 
     def observe(self, event) -> None:
-        self.run = self.run.add(step_evidence(event))
+        ev = step_evidence(event)
+        self.run = self.run.add(ev)
+        if self.tokens < self.opening:   # a step that starts in the opening counts for the opening
+            self.head = self.head.add(ev)
+        else:
+            self.tail = self.tail.add(ev)
+        self.tokens += len(getattr(event, "new_token_ids", ()) or ())
+
+    @property
+    def past_opening(self) -> bool:
+        return self.drift is not None and self.tokens >= self.opening
 
     @property
     def posterior(self) -> list[float]:
+        if self.past_opening:
+            return rest_posterior(self.start, self.head, self.tail, self.drift, self.weight)
         return pooled(self.start, self.run, self.weight)
 
     def should_replan(self) -> bool:
@@ -232,7 +284,9 @@ class Learner:
         accepts = (self.run.accepts + [0.0] * width)[:width]
         return {"prior": list(self.start), "posterior": self.posterior,
                 "observed": [(int(a), int(t)) for a, t in zip(accepts, trials)],
-                "positions": int(self.run.nodes), "weight": self.weight}
+                "positions": int(self.run.nodes), "weight": self.weight,
+                "drift": ({"ratio": self.drift, "opening": self.opening, "applied": self.past_opening}
+                          if self.drift is not None else None)}
 
     def record(self) -> Evidence | None:
         if self.key is None:

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine import domains, interpolation, learning, observed, profiler
+from engine import answer_drift, domains, interpolation, learning, observed, profiler
 from engine import methods as methods_mod
 from engine.errors import UserError
 from engine.planner import Choice, CostCurve, PlanTable, choose_shape, step_seconds
@@ -354,8 +354,9 @@ def learner_for(pair, result: "PlanResult", settings: Settings):
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "top_k": settings.top_k, "sampler": "greedy" if settings.greedy else "sequoia",
             "draft_kernels": profiler.draft_kernels(pair), "domain": result.domain}
+    drift = answer_drift.ratio_for(pair.draft_name, pair.target_name, result.domain)
     return learning.Learner(start, learning_key(pair, settings, domain=result.domain), meta,
-                            base=list(base.probabilities) if base is not None else None)
+                            base=list(base.probabilities) if base is not None else None, drift=drift)
 
 
 class Replanner:

@@ -92,6 +92,28 @@ def test_the_tree_is_frozen_at_the_boundary_and_predicted_from_the_posterior_the
         assert row["error"] == pytest.approx(row["predicted_tokens_per_step"] / row["observed_tokens_per_step"] - 1)
 
 
+def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypatch):
+    """Where a rest/opening drift applies (engine/answer_drift.py), the frozen tree's prediction
+    uses the opening's posterior drifted to the rest, and the row says by how much."""
+    from engine import answer_drift
+    monkeypatch.setattr(answer_drift, "ratio_for", lambda *args, **kwargs: 0.5)
+    pair = tiny_pair("llama", noise=0.15)
+    runs = _recorded(monkeypatch)
+    row = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None,
+                                   say=lambda *_: None)["runs"][0]
+    steps = [e for e in runs[0] if e.nodes]
+    head = learning.events_evidence(steps[:_boundary(steps, 8)])
+    posterior = learning.rest_posterior(START, head, learning.Evidence(), 0.5)
+    assert row["rest_over_opening"] == 0.5 and row["posterior"] == pytest.approx(posterior)
+    assert posterior[0] > learning.pooled(START, head)[0]   # the rest misses rank 1 half as often
+    tree = Tree.from_parents(row["frozen_tree"]["parents"])
+    assert row["predicted_tokens_per_step"] == pytest.approx(tree.expected_tokens(posterior))
+    assert row["predicted_tokens_per_step"] == pytest.approx(
+        bench.rest_of_run(steps, tree, START, 8, 0.5)["rest_predicted_tokens_per_step"])
+    assert "drifted to the rest by 0.500" in bench_learning.format_check(
+        {"after": 8, "tokens": 16, "frozen": "f", "storage": "s", "runs": [row]})
+
+
 def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):
     pair = tiny_pair("llama")
     prof = profiler.DeviceProfile({1: 0.010, 8: 0.011, 16: 0.012}, {1: 0.001, 8: 0.0011, 16: 0.0012}, 0.001, 16, 3,

@@ -181,3 +181,61 @@ def test_a_learning_run_outside_the_measured_range_starts_at_once_from_the_neare
     with pytest.raises(AssertionError, match="measured although"):  # learning off: it measures
         planning.build_plan(pair, planning.MethodSpec("sequoia", 8, 4), Settings(temperature=1.6),
                             measure=True, learn=False)
+
+
+# ---------------------------------------------------------------- the rest of an answer (answer_drift)
+def test_drift_scales_the_miss_mass():
+    assert learning.drifted([0.8, 0.1, 0.05], 1.0) == pytest.approx([0.8, 0.1, 0.05])
+    assert learning.drifted([0.8, 0.1, 0.05], 0.5) == pytest.approx([0.9, 0.05, 0.025])
+    up = learning.drifted([0.8, 0.1, 0.05], 1.5)   # a harder rest: rank 1 misses more often
+    assert up[0] == pytest.approx(0.7) and sum(up) <= learning.MAX_TOTAL
+
+
+def test_rest_posterior_rule():
+    prior, opening = [0.7, 0.1], learning.Evidence([40, 10], [30, 2], 40)
+    start = learning.drifted(learning.pooled(prior, opening, 32), 0.5)
+    # no evidence after the opening: the opening's posterior, drifted
+    assert learning.rest_posterior(prior, opening, learning.Evidence(), 0.5, 32) == pytest.approx(start)
+    # the rest's own evidence updates it, against a prior as strong as what backs the opening
+    rest = learning.Evidence([20, 4], [19, 1], 20)
+    assert learning.rest_posterior(prior, opening, rest, 0.5, 32) == pytest.approx(
+        [(72 * start[0] + 19) / 92, (42 * start[1] + 1) / 46])
+
+
+def test_learner_predicts_the_rest_of_the_answer_past_the_opening():
+    """With a drift the posterior switches to the rest's at `opening` tokens; without, it stays pooled."""
+    rng = random.Random(3)
+    opening = _simulate([0.6, 0.1, 0.05, 0.02], 30, rng)
+    later = _simulate([0.9, 0.05, 0.02, 0.01], 30, rng)
+    prior = [0.7, 0.1, 0.05, 0.02]
+    plain, drift = learning.Learner(prior), learning.Learner(prior, drift=0.4, opening=10 ** 6)
+    for ev in opening:
+        plain.observe(ev)
+        drift.observe(ev)
+    assert drift.posterior == pytest.approx(plain.posterior) and not drift.past_opening
+    drift.opening = drift.tokens   # the opening ends here
+    head = learning.events_evidence(opening)
+    assert drift.past_opening and drift.state()["drift"]["applied"]
+    assert drift.posterior == pytest.approx(learning.rest_posterior(prior, head, learning.Evidence(), 0.4))
+    for ev in later:
+        plain.observe(ev)
+        drift.observe(ev)
+    assert drift.head.nodes == head.nodes and drift.tail.nodes == learning.events_evidence(later).nodes
+    assert drift.run.nodes == head.nodes + drift.tail.nodes   # all of it is stored, as before
+    assert drift.posterior == pytest.approx(
+        learning.rest_posterior(prior, head, learning.events_evidence(later), 0.4))
+    assert plain.posterior == pytest.approx(learning.pooled(prior, learning.events_evidence(opening + later)))
+    assert plain.state()["drift"] is None
+
+
+def test_answer_drift_applies_only_where_measured_and_clear(tmp_path):
+    from engine import answer_drift
+    path = tmp_path / "drift.json"
+    path.write_text('{"draft": "d", "target": "t", "domains": {'
+                    '"code": {"rest_over_opening": 0.8, "ci95": [0.7, 0.9]},'
+                    '"prose": {"rest_over_opening": 0.9, "ci95": [0.7, 1.1]}}}')
+    assert answer_drift.ratio_for("d", "t", "code", path) == 0.8
+    assert answer_drift.ratio_for("d", "t", "prose", path) is None      # interval holds 1: not applied
+    assert answer_drift.ratio_for("d", "t", "", path) is None           # domain unsure: pooled vector
+    assert answer_drift.ratio_for("d", "other", "code", path) is None   # another pair
+    assert answer_drift.ratio_for("d", "t", "code", tmp_path / "missing.json") is None

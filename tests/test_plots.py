@@ -214,3 +214,15 @@ def test_speedup_curve_marks_budgets_past_the_profile_as_extrapolated():
     star = next(t for t in fig.data if t.name == "chosen")
     assert fig.layout.yaxis.range[1] > star.y[0] * 1.1  # room for the star's label above it
     assert len(plots.speedup_figure(choice.grid, (choice.n, choice.d)).data) == 2  # no profile limit: one line
+
+
+def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
+    from app import live
+    from engine.settings import Settings
+    run = live.Run(Settings(temperature=0.0))
+    state = {"prior": [0.7, 0.1], "posterior": [0.8, 0.06], "drift": None}
+    run.learning = state
+    assert [t.name for t in run.acc_fig().data][-1] == "posterior (plans the next steps)"
+    run.learning = {**state, "drift": {"ratio": 0.62, "opening": 64, "applied": True}}
+    assert [t.name for t in run.acc_fig().data][-1] == \
+        "posterior for the answer's rest (rank-1 misses x0.62 after 64 tokens)"
