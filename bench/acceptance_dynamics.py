@@ -1,6 +1,8 @@
 """How acceptance moves within an answer, on the embedded pair at T = 0 (issue 15's goals):
 
     .venv/bin/python bench/acceptance_dynamics.py [--ranks bench/acceptance-ranks.json]
+    .venv/bin/python bench/acceptance_dynamics.py --tokens 320 --ranks bench/acceptance-ranks-320.json \
+        --drift-out assets/measured/answer-drift.json
 
 Part 1 (about 10 minutes on the 2-core CPU; skipped when --ranks names an existing file): for each
 of the 24 prompts of assets/measurement-prompts.json, the target's greedy answer (128 tokens,
@@ -19,6 +21,11 @@ Part 2 (instant): from those ranks,
   predicts F(5-level chain) for the rest of the answer, against the simulated rest. The domain
   mean includes the prompt's own answer (one of 12), so w > 0 leans slightly towards it; at
   w = 0 the prediction uses the first 64 positions alone.
+
+Part 3 (answers longer than 128 tokens only; `--tokens 320` takes about 35 minutes for part 1):
+rank-1 misses per 64-position window, the rest/opening miss ratio engine/answer_drift.py applies
+(with a 95 % interval from resampling prompts), and the learning check mimicked leave-one-prompt-out
+with and without the ratio; `--drift-out` writes the ratio asset.
 """
 from __future__ import annotations
 
