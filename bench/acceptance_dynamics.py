@@ -135,15 +135,20 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
         if n <= prior_span:
             return {}
         windows = [(lo, min(lo + 64, n)) for lo in range(0, n, 64)]
-        ratio = miss(rs, opening) / miss(rs, 0, opening)
-        boots = sorted(miss(b, opening) / miss(b, 0, opening)
-                       for b in ([rng.choice(rs) for _ in rs] for _ in range(2000)))
-        lo95, hi95 = boots[50], boots[1949]
+        samples = [[rng.choice(rs) for _ in rs] for _ in range(2000)]
+
+        def with_interval(hi: int) -> tuple[float, float, float]:
+            boots = sorted(miss(b, opening, hi) / miss(b, 0, opening) for b in samples)
+            return miss(rs, opening, hi) / miss(rs, 0, opening), boots[50], boots[1949]
+        ratio, lo95, hi95 = with_interval(n)
+        horizons = {h: with_interval(h) for h in range(prior_span, n + 1, 64)}
         print(f"{dom}: {len(rs)} prompts x {n} positions; rank-1 miss per window: " + ", ".join(
             f"{a}-{b} {miss(rs, a, b):.3f}" for a, b in windows))
         print(f"  miss over the first {opening} {miss(rs, 0, opening):.3f}, the first {prior_span} "
               f"{miss(rs, 0, prior_span):.3f}, after {opening} {miss(rs, opening):.3f}: rest/opening ratio "
               f"{ratio:.3f} (95 % interval over prompts {lo95:.3f}-{hi95:.3f})")
+        print("  by horizon (rest = positions 64..h-1): " + ", ".join(
+            f"h={h} {r:.3f} ({a:.3f}-{b:.3f})" for h, (r, a, b) in horizons.items()))
         for levels in (4, 5):
             plain, drift = [], []
             for i, x in enumerate(rs):
@@ -164,7 +169,9 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
         out[dom] = {"prompts": len(rs), "positions_per_prompt": n, "opening": opening,
                     "miss_opening": miss(rs, 0, opening), "miss_prior_span": miss(rs, 0, prior_span),
                     "miss_rest": miss(rs, opening), "rest_over_opening": ratio, "ci95": [lo95, hi95],
-                    "windows": {f"{a}-{b}": miss(rs, a, b) for a, b in windows}}
+                    "windows": {f"{a}-{b}": miss(rs, a, b) for a, b in windows},
+                    "by_horizon": {str(h): {"rest_over_opening": r, "ci95": [a, b]}
+                                   for h, (r, a, b) in horizons.items()}}
     return out
 
 
@@ -183,7 +190,10 @@ def write_drift(path: Path, drift: dict, ranks: Path) -> None:
            "command": f"python bench/acceptance_dynamics.py --tokens 320 --ranks {ranks.name} --drift-out {path.name}",
            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ranks.stat().st_mtime)),
            "machine": {"platform": platform.platform(), "processor": profiler._cpu_name()},
-           "domains": {d: {**v, "applied": answer_drift.applies(v)} for d, v in drift.items()}}
+           "domains": {d: {**v, "applied": answer_drift.applies(v),
+                           "by_horizon": {h: {**e, "applied": answer_drift.applies(e)}
+                                          for h, e in v["by_horizon"].items()}}
+                       for d, v in drift.items()}}
     path.write_text(json.dumps(obj, indent=1) + "\n")
 
 

@@ -1,25 +1,31 @@
 """How an answer's rest differs from its opening (issue 15, learning goal).
 
 The learner's evidence after an answer's first OPENING tokens describes the opening; the plan from
-then on is for the rest. For the embedded pair the two differ by domain: the rest of a code answer
-is easier for the draft than its opening (the answer settles into the code's own repetitions), so
-pooling the opening's evidence alone under-predicted every code learning check on record.
+then on is for the rest. For the embedded pair the two differ: the rest of an answer is easier for
+the draft than its opening (a code answer settles into the code's own repetitions; prose after its
+first 128 tokens), so pooling the opening's evidence alone under-predicted every code learning
+check on record.
 
-The measured ratio, per domain of one pair:
+The measured ratio, per domain of one pair and per horizon h (the run's max-new-tokens):
 
-    ratio = P(rank 1 missed) over answer positions OPENING..end  /  over positions 0..OPENING
+    ratio(h) = P(rank 1 missed) over answer positions OPENING..h-1  /  over positions 0..OPENING-1
 
-from the target's greedy answers to the shipped measurement prompts (bench/acceptance_dynamics.py
---tokens 320 --drift-out, stored in assets/measured/answer-drift.json with its 95 % interval
-over prompts). It is applied (engine/learning.py rest_posterior) only where that interval excludes 1,
-only for the pair it was measured on, and only with a known prompt domain; elsewhere the rest is
-predicted as the opening (ratio None). At T > 0 the ratio measured at T = 0 is used: the draft's
-agreement with the target is what drifts (an assumption the held-out learning check tests).
+from the target's greedy answers to the shipped measurement prompts, continued to 320 tokens with
+ignore_eos (bench/acceptance_dynamics.py --tokens 320 --drift-out; assets/measured/answer-drift.json,
+each ratio with its 95 % interval over prompts). A run's horizon takes the entry of the smallest
+measured horizon at or above it (the largest, 320, beyond it: the rest of a longer answer is
+assumed no easier than positions 64..319). A ratio is applied (engine/learning.py rest_posterior)
+only where its interval excludes 1, only for the pair it was measured on, and only with a known
+prompt domain; elsewhere the rest is predicted as the opening (None). At T > 0 the ratio measured
+at T = 0 is used (what drifts is the draft's agreement with the target; the held-out learning
+check tests it at T = 0.7). The measurement does not record where an answer's own EOS fell, so a
+run that stops at EOS may have a slightly harder rest than the ratio says.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,7 +38,8 @@ OPENING = 64  # generated tokens: an answer's opening
 @lru_cache(maxsize=4)
 def _load(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        obj = json.loads(path.read_text())
+        return obj if isinstance(obj, dict) else {}
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -40,16 +47,42 @@ def _load(path: Path) -> dict:
         return {}
 
 
+def _ratio(entry) -> float | None:
+    """An entry's ratio when it is a sane number, else None."""
+    r = entry.get("rest_over_opening") if isinstance(entry, dict) else None
+    return float(r) if isinstance(r, (int, float)) and math.isfinite(r) and r > 0 else None
+
+
 def applies(entry: dict) -> bool:
-    """The stated rule: a ratio whose 95 % interval over prompts excludes 1."""
-    lo, hi = entry.get("ci95", [1.0, 1.0])
+    """The stated rule: a sane ratio whose 95 % interval over prompts excludes 1."""
+    ci = entry.get("ci95") if isinstance(entry, dict) else None
+    if _ratio(entry) is None or not (isinstance(ci, list) and len(ci) == 2):
+        return False
+    lo, hi = ci
     return lo > 1.0 or hi < 1.0
 
 
-def ratio_for(draft: str, target: str, domain: str | None, path: Path | None = None) -> float | None:
-    """The rest/opening miss ratio for this pair and prompt domain, or None where none applies."""
+def entry_for(domain_entry: dict, horizon: int | None) -> dict:
+    """The entry for a run of `horizon` generated tokens (module docstring); the whole measured
+    rest when the horizon is unknown or no per-horizon entries exist."""
+    by = {int(h): e for h, e in (domain_entry.get("by_horizon") or {}).items()}
+    if horizon is None or not by:
+        return domain_entry
+    above = [h for h in by if h >= horizon]
+    return by[min(above)] if above else by[max(by)]
+
+
+def ratio_for(draft: str, target: str, domain: str | None, horizon: int | None = None,
+              path: Path | None = None) -> float | None:
+    """The rest/opening miss ratio for this pair, prompt domain and horizon, or None where none
+    applies (a run that never passes the opening has no rest)."""
     obj = _load(path or SHIPPED)
     if not domain or obj.get("draft") != draft or obj.get("target") != target:
         return None
-    entry = obj.get("domains", {}).get(domain)
-    return float(entry["rest_over_opening"]) if entry and applies(entry) else None
+    if horizon is not None and horizon <= OPENING:
+        return None
+    entry = (obj.get("domains") or {}).get(domain)
+    if not isinstance(entry, dict):
+        return None
+    entry = entry_for(entry, horizon)
+    return _ratio(entry) if applies(entry) else None

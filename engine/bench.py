@@ -39,7 +39,8 @@ How a run is made (so that the numbers can be trusted and compared):
   stored learned evidence (engine/learning.py); the trees under test stay fixed (planned from
   the measured vector), so predicted vs observed compares the measured vector. With runs of
   more than LEARN_AFTER tokens, `rest_*` says how well the posterior after the first LEARN_AFTER
-  tokens predicts the rest of the run.
+  tokens (for the rest of the answer where a measured drift applies, engine/answer_drift.py)
+  predicts the rest of the run.
 - `learning_check` (off by default): after every other lane, one learning run of the
   hardware-aware plan per temperature on a code and a prose prompt, re-planning until
   learning_check_after (64) tokens and frozen after; see engine/bench_learning.py.
@@ -75,7 +76,7 @@ from engine.tree import Tree
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
-LEARN_AFTER = 64  # tokens: rest_* (and --learning-check) compare the posterior after these with the rest
+LEARN_AFTER = answer_drift.OPENING  # tokens (64): rest_* and --learning-check compare the posterior after these with the rest
 
 
 # ------------------------------------------------------------------ configuration
@@ -540,7 +541,8 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
     key = learning_key(pair, settings, domain=domain)
     start = learning.with_stored(vec, learning.load(key)).probabilities
     rest = rest_of_run(events, spec.tree, start,
-                       drift=answer_drift.ratio_for(pair.draft_name, pair.target_name, domain))
+                       drift=answer_drift.ratio_for(pair.draft_name, pair.target_name, domain,
+                                                    settings.max_new_tokens))
     if rest is not None:
         r.update(rest)
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
@@ -562,7 +564,8 @@ DEFINITIONS = {
     "truncated_tokens": "tokens the max-new-tokens limit cut from the last step (counted in tokens/step only)",
     "learn": "config.learn: each run's censored acceptance outcomes were stored (engine/learning.py)",
     "rest_error": "learning check on runs longer than LEARN_AFTER tokens: F(tree) under the posterior after the "
-                  "first LEARN_AFTER tokens over the rest's observed tokens/step, minus 1",
+                  "first LEARN_AFTER tokens (drifted to the rest of the answer where a measured ratio applies, "
+                  "engine/answer_drift.py) over the rest's observed tokens/step, minus 1",
     "learning_check": "--learning-check: per temperature and prompt kind, F(frozen tree) under the posterior at the "
                       "first step boundary at or after learning_check_after tokens over the rest's observed "
                       "tokens/step (counted as tokens_per_step), minus 1 (engine/bench_learning.py)",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from engine import bench, bench_goals, learning, planning
+from engine import answer_drift, bench, bench_goals, learning, planning
 from engine import methods as M
 from engine.decoding import generate
 from engine.models import encode_prompt
@@ -69,8 +69,8 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     """One learning run frozen at the boundary: (row of figures, the Replanner holding its evidence)."""
     replan = planning.Replanner(pair, result, settings, learn=True)
     learner = replan.learner
-    if learner is not None:
-        learner.opening = after  # the check's boundary is the answer's opening (answer_drift)
+    if learner is not None and after != answer_drift.OPENING:
+        learner.drift = None  # the measured drift is for a 64-token opening: none at another boundary
     seen, frozen = 0, {}
 
     def plan():

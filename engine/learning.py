@@ -30,7 +30,8 @@ Where a measured rest/opening ratio applies, stage 2 becomes (rest_posterior):
     rest0      = drifted(opening, ratio): P(rank 1 missed) times ratio, ranks 2.. scaled alike
     rest[k]    = ((w + opening trials[k]) * rest0[k] + rest accepts[k]) / (w + opening trials[k] + rest trials[k])
 
-Stored evidence is capped at STORED_CAP trials of rank 1 (older evidence is scaled down), so the
+With a drift a run stores only its opening's evidence (the start it pools into is an opening
+rate). Stored evidence is capped at STORED_CAP trials of rank 1 (older evidence is scaled down), so the
 stored vector follows a pair's recent use. The measured vector in the acceptance cache is never
 touched.
 
@@ -158,7 +159,10 @@ def drifted(probs: list[float], ratio: float) -> list[float]:
     (the draft's ranking given a rank-1 miss keeps its shape); the sum capped at MAX_TOTAL."""
     if not probs:
         return []
-    out = [max(0.0, 1.0 - (1.0 - probs[0]) * ratio)] + [p * ratio for p in probs[1:]]
+    missed = 1.0 - probs[0]
+    now = min(1.0, missed * ratio)   # a miss mass above 1 cannot be: rank 1 then never accepts
+    scale = now / missed if missed > 0 else 0.0
+    out = [1.0 - now] + [p * scale for p in probs[1:]]
     total = sum(out)
     return [x * MAX_TOTAL / total for x in out] if total > MAX_TOTAL else out
 
@@ -173,7 +177,7 @@ def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, ratio:
         w = weight + (opening.trials[k] if k < len(opening.trials) else 0.0)
         t = rest.trials[k] if k < len(rest.trials) else 0.0
         a = rest.accepts[k] if k < len(rest.accepts) else 0.0
-        out.append((w * p + a) / (w + t))
+        out.append((w * p + a) / (w + t) if w + t > 0 else p)
     total = sum(out)
     return [x * MAX_TOTAL / total for x in out] if total > MAX_TOTAL else out
 
@@ -246,10 +250,10 @@ class Learner:
 
     def __init__(self, start: list[float], key: str | None = None, meta: dict | None = None,
                  base: list[float] | None = None, weight: float = PRIOR_WEIGHT,
-                 drift: float | None = None, opening: int = answer_drift.OPENING):
+                 drift: float | None = None, opening: int | None = None):
         self.start, self.key, self.meta, self.weight = list(start), key, meta or {}, weight
         self.base = list(base) if base is not None else list(start)   # the measured/interpolated vector
-        self.drift, self.opening = drift, opening
+        self.drift, self.opening = drift, answer_drift.OPENING if opening is None else opening
         self.run = Evidence()
         self.head, self.tail = Evidence(), Evidence()   # the run's evidence in the opening / after it
         self.tokens = 0                                 # generated tokens observed so far
@@ -289,6 +293,8 @@ class Learner:
                           if self.drift is not None else None)}
 
     def record(self) -> Evidence | None:
+        """Store the run's evidence; with a drift only the opening's, since the stored evidence
+        pools into the next run's start (an opening rate), which a drift then carries to the rest."""
         if self.key is None:
             return None
-        return record(self.key, self.run, self.meta, self.base)
+        return record(self.key, self.head if self.drift is not None else self.run, self.meta, self.base)

@@ -97,6 +97,7 @@ def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypat
     uses the opening's posterior drifted to the rest, and the row says by how much."""
     from engine import answer_drift
     monkeypatch.setattr(answer_drift, "ratio_for", lambda *args, **kwargs: 0.5)
+    monkeypatch.setattr(answer_drift, "OPENING", 8)   # the check's boundary (8 here, 64 for real)
     pair = tiny_pair("llama", noise=0.15)
     runs = _recorded(monkeypatch)
     row = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None,
@@ -107,11 +108,18 @@ def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypat
     assert row["rest_over_opening"] == 0.5 and row["posterior"] == pytest.approx(posterior)
     assert posterior[0] > learning.pooled(START, head)[0]   # the rest misses rank 1 half as often
     tree = Tree.from_parents(row["frozen_tree"]["parents"])
+    # the frozen tree is the DP tree of the rest's posterior (the boundary re-planned it)
+    assert tree.parents == planning.plan_from_vector(planning.MethodSpec("sequoia", 10, 5), posterior).parents
     assert row["predicted_tokens_per_step"] == pytest.approx(tree.expected_tokens(posterior))
     assert row["predicted_tokens_per_step"] == pytest.approx(
         bench.rest_of_run(steps, tree, START, 8, 0.5)["rest_predicted_tokens_per_step"])
     assert "drifted to the rest by 0.500" in bench_learning.format_check(
         {"after": 8, "tokens": 16, "frozen": "f", "storage": "s", "runs": [row]})
+    # the drift was measured for a 64-token opening (8 here): at another boundary none applies
+    monkeypatch.setattr(answer_drift, "OPENING", 64)
+    row = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None,
+                                   say=lambda *_: None)["runs"][0]
+    assert row["rest_over_opening"] is None
 
 
 def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):

@@ -188,7 +188,9 @@ def test_drift_scales_the_miss_mass():
     assert learning.drifted([0.8, 0.1, 0.05], 1.0) == pytest.approx([0.8, 0.1, 0.05])
     assert learning.drifted([0.8, 0.1, 0.05], 0.5) == pytest.approx([0.9, 0.05, 0.025])
     up = learning.drifted([0.8, 0.1, 0.05], 1.5)   # a harder rest: rank 1 misses more often
-    assert up[0] == pytest.approx(0.7) and sum(up) <= learning.MAX_TOTAL
+    assert up == pytest.approx([0.7, 0.15, 0.075])
+    # a miss mass past 1 is clipped: rank 1 never accepts, the others keep their shape
+    assert learning.drifted([0.1, 0.5, 0.3], 1.5) == pytest.approx([0.0, 0.5 / 0.9, 0.3 / 0.9])
 
 
 def test_rest_posterior_rule():
@@ -228,14 +230,43 @@ def test_learner_predicts_the_rest_of_the_answer_past_the_opening():
     assert plain.state()["drift"] is None
 
 
+def test_a_step_that_starts_in_the_opening_counts_for_the_opening(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    two = _event([-1, 0, 1], {0: 1, 1: 1})       # accepts 2 nodes: 3 tokens with the bonus
+    one = _event([-1, 0], {0: None})             # accepts none: 1 token
+    learner = learning.Learner([0.7, 0.1], key="k", drift=0.5, opening=4)
+    for ev in (two, two, one):                   # the second step starts at token 3 and ends at 6
+        learner.observe(ev)
+    assert learner.tokens == 7 and learner.head.nodes == 4 and learner.tail.nodes == 1
+    # with a drift only the opening is stored (the next start is an opening rate)
+    assert learner.record().nodes == 4
+    assert learning.Learner([0.7, 0.1], key="j").record() is not None
+
+
+def test_answer_drift_takes_the_entry_of_the_runs_horizon(tmp_path):
+    from engine import answer_drift
+    path = tmp_path / "drift.json"
+    path.write_text('{"draft": "d", "target": "t", "domains": {"code": {"rest_over_opening": 0.65, '
+                    '"ci95": [0.5, 0.8], "by_horizon": {"128": {"rest_over_opening": 0.8, "ci95": [0.6, 1.03]},'
+                    '"192": {"rest_over_opening": 0.7, "ci95": [0.6, 0.9]},'
+                    '"320": {"rest_over_opening": 0.65, "ci95": [0.5, 0.8]}}}}}')
+    got = {h: answer_drift.ratio_for("d", "t", "code", h, path=path) for h in (None, 64, 100, 128, 150, 320, 999)}
+    assert got == {None: 0.65, 64: None, 100: None, 128: None, 150: 0.7, 320: 0.65, 999: 0.65}
+    for bad in ('{"rest_over_opening": -1, "ci95": [0.5, 0.8]}', '{"rest_over_opening": 0.5, "ci95": null}',
+                '{"ci95": [0.5, 0.8]}', '[1]'):
+        path = tmp_path / f"bad{len(bad)}.json"
+        path.write_text('{"draft": "d", "target": "t", "domains": {"code": %s}}' % bad)
+        assert answer_drift.ratio_for("d", "t", "code", path=path) is None
+
+
 def test_answer_drift_applies_only_where_measured_and_clear(tmp_path):
     from engine import answer_drift
     path = tmp_path / "drift.json"
     path.write_text('{"draft": "d", "target": "t", "domains": {'
                     '"code": {"rest_over_opening": 0.8, "ci95": [0.7, 0.9]},'
                     '"prose": {"rest_over_opening": 0.9, "ci95": [0.7, 1.1]}}}')
-    assert answer_drift.ratio_for("d", "t", "code", path) == 0.8
-    assert answer_drift.ratio_for("d", "t", "prose", path) is None      # interval holds 1: not applied
-    assert answer_drift.ratio_for("d", "t", "", path) is None           # domain unsure: pooled vector
-    assert answer_drift.ratio_for("d", "other", "code", path) is None   # another pair
-    assert answer_drift.ratio_for("d", "t", "code", tmp_path / "missing.json") is None
+    assert answer_drift.ratio_for("d", "t", "code", path=path) == 0.8
+    assert answer_drift.ratio_for("d", "t", "prose", path=path) is None      # interval holds 1: not applied
+    assert answer_drift.ratio_for("d", "t", "", path=path) is None           # domain unsure: pooled vector
+    assert answer_drift.ratio_for("d", "other", "code", path=path) is None   # another pair
+    assert answer_drift.ratio_for("d", "t", "code", path=tmp_path / "missing.json") is None

@@ -219,10 +219,12 @@ def test_speedup_curve_marks_budgets_past_the_profile_as_extrapolated():
 def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     from app import live
     from engine.settings import Settings
+    from engine import learning
     run = live.Run(Settings(temperature=0.0))
-    state = {"prior": [0.7, 0.1], "posterior": [0.8, 0.06], "drift": None}
-    run.learning = state
+    learner = learning.Learner([0.7, 0.1], drift=0.62, opening=64)   # what the worker's Note carries
+    run.learning = learner.state()
     assert [t.name for t in run.acc_fig().data][-1] == "posterior (plans the next steps)"
-    run.learning = {**state, "drift": {"ratio": 0.62, "opening": 64, "applied": True}}
+    learner.tokens = 64   # past the opening
+    run.learning = learner.state()
     assert [t.name for t in run.acc_fig().data][-1] == \
         "posterior for the answer's rest (rank-1 misses x0.62 after 64 tokens)"
