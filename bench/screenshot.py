@@ -24,18 +24,22 @@ def main() -> int:
     p.add_argument("--out", default="assets/race.png")
     p.add_argument("--timeout", type=int, default=900, help="seconds to wait for the race")
     p.add_argument("--tab", choices=["race", "live"], default="race")
+    p.add_argument("--max-new-tokens", type=int, help="Live tab: the run's max new tokens (default: the page's)")
+    p.add_argument("--full-page", action="store_true", help="Live tab: the whole page, not the first screen")
     args = p.parse_args()
     with browsers(1, timeout_ms=args.timeout * 1000) as (page,):
         page.set_viewport_size({"width": 1400, "height": 1000})
         page.goto(args.url)
         if args.tab == "live":
             page.wait_for_selector("#sq-generate")
+            if args.max_new_tokens:
+                page.locator("#sq-max-new input").fill(str(args.max_new_tokens))
             page.click("#sq-generate")
             page.wait_for_function(DONE_OR_ERROR, timeout=args.timeout * 1000)
             page.wait_for_timeout(1500)
             print(page.locator("#sq-live-status").inner_text())
             page.evaluate("window.scrollTo(0, 0)")
-            page.screenshot(path=args.out)
+            page.screenshot(path=args.out, full_page=args.full_page)
             print(f"saved {args.out}")
             return 0
         page.get_by_role("tab", name="Race").click()
