@@ -804,9 +804,7 @@ def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER
     for i, e in enumerate(events):
         if seen >= after:
             rest = events[i:]
-            opening = learning.events_evidence(head)
-            post = (learning.pooled(start, opening) if drift is None else
-                    learning.rest_posterior(start, opening, learning.Evidence(), drift))
+            post = learning.rest_posterior(start, learning.events_evidence(head), learning.Evidence(), drift)
             observed = sum(step_yield(x) for x in rest) / len(rest)
             predicted = tree.expected_tokens(post)
             return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,

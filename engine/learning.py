@@ -141,17 +141,26 @@ def events_evidence(events) -> Evidence:
 
 
 # ---------------------------------------------------------------- pooling
-def pooled(prior: list[float], evidence: Evidence, weight: float = PRIOR_WEIGHT) -> list[float]:
-    """The posterior mean per rank (see the module docstring); as long as the prior."""
+def _capped(probs: list[float]) -> list[float]:
+    """A vector whose sum exceeds MAX_TOTAL scaled down to it (ranks are estimated separately)."""
+    total = sum(probs)
+    return [x * MAX_TOTAL / total for x in probs] if total > MAX_TOTAL else probs
+
+
+def _updated(prior: list[float], evidence: Evidence, weights: list[float]) -> list[float]:
+    """Per rank, the Beta prior of mean prior[k] worth weights[k] observations updated with the
+    rank's own trials; as long as the prior."""
     out = []
-    for k, p in enumerate(prior):
+    for k, (p, w) in enumerate(zip(prior, weights)):
         t = evidence.trials[k] if k < len(evidence.trials) else 0.0
         a = evidence.accepts[k] if k < len(evidence.accepts) else 0.0
-        out.append((weight * float(p) + a) / (weight + t) if weight + t > 0 else float(p))
-    total = sum(out)
-    if total > MAX_TOTAL:
-        out = [x * MAX_TOTAL / total for x in out]
-    return out
+        out.append((w * float(p) + a) / (w + t) if w + t > 0 else float(p))
+    return _capped(out)
+
+
+def pooled(prior: list[float], evidence: Evidence, weight: float = PRIOR_WEIGHT) -> list[float]:
+    """The posterior mean per rank (see the module docstring); as long as the prior."""
+    return _updated(prior, evidence, [weight] * len(prior))
 
 
 def drifted(probs: list[float], ratio: float) -> list[float]:
@@ -162,24 +171,18 @@ def drifted(probs: list[float], ratio: float) -> list[float]:
     missed = 1.0 - probs[0]
     now = min(1.0, missed * ratio)   # a miss mass above 1 cannot be: rank 1 then never accepts
     scale = now / missed if missed > 0 else 0.0
-    out = [1.0 - now] + [p * scale for p in probs[1:]]
-    total = sum(out)
-    return [x * MAX_TOTAL / total for x in out] if total > MAX_TOTAL else out
+    return _capped([1.0 - now] + [p * scale for p in probs[1:]])
 
 
-def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, ratio: float,
+def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, ratio: float | None,
                    weight: float = PRIOR_WEIGHT) -> list[float]:
     """The posterior for an answer's rest (module docstring): the opening's posterior, drifted by
-    the measured ratio, as a prior as strong as what backs it, updated with the rest's evidence."""
-    start = drifted(pooled(prior, opening, weight), ratio)
-    out = []
-    for k, p in enumerate(start):
-        w = weight + (opening.trials[k] if k < len(opening.trials) else 0.0)
-        t = rest.trials[k] if k < len(rest.trials) else 0.0
-        a = rest.accepts[k] if k < len(rest.accepts) else 0.0
-        out.append((w * p + a) / (w + t) if w + t > 0 else p)
-    total = sum(out)
-    return [x * MAX_TOTAL / total for x in out] if total > MAX_TOTAL else out
+    the measured ratio, as a prior as strong as what backs it, updated with the rest's evidence.
+    Without a ratio the rest is taken as the opening: the prior pooled with all the evidence."""
+    if ratio is None:
+        return pooled(prior, opening.add(rest), weight)
+    weights = [weight + (opening.trials[k] if k < len(opening.trials) else 0.0) for k in range(len(prior))]
+    return _updated(drifted(pooled(prior, opening, weight), ratio), rest, weights)
 
 
 # ---------------------------------------------------------------- storage
@@ -254,14 +257,12 @@ class Learner:
         self.start, self.key, self.meta, self.weight = list(start), key, meta or {}, weight
         self.base = list(base) if base is not None else list(start)   # the measured/interpolated vector
         self.drift, self.opening = drift, answer_drift.OPENING if opening is None else opening
-        self.run = Evidence()
         self.head, self.tail = Evidence(), Evidence()   # the run's evidence in the opening / after it
         self.tokens = 0                                 # generated tokens observed so far
         self.planned_with = list(start)   # the vector the current tree was planned from
 
     def observe(self, event) -> None:
         ev = step_evidence(event)
-        self.run = self.run.add(ev)
         if self.tokens < self.opening:   # a step that starts in the opening counts for the opening
             self.head = self.head.add(ev)
         else:
@@ -269,14 +270,18 @@ class Learner:
         self.tokens += len(getattr(event, "new_token_ids", ()) or ())
 
     @property
+    def run(self) -> Evidence:
+        """All of this run's evidence."""
+        return self.head.add(self.tail)
+
+    @property
     def past_opening(self) -> bool:
         return self.drift is not None and self.tokens >= self.opening
 
     @property
     def posterior(self) -> list[float]:
-        if self.past_opening:
-            return rest_posterior(self.start, self.head, self.tail, self.drift, self.weight)
-        return pooled(self.start, self.run, self.weight)
+        return rest_posterior(self.start, self.head, self.tail, self.drift if self.past_opening else None,
+                              self.weight)
 
     def should_replan(self) -> bool:
         return any(abs(a - b) > MIN_CHANGE for a, b in zip(self.posterior, self.planned_with))
