@@ -33,6 +33,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,11 +123,36 @@ def miss(rows: list[list[int]], lo: int, hi: int | None = None) -> float:
     return sum(r != 1 for r in flat) / len(flat)
 
 
+WEIGHTS = (0, 16, 32, 64, 128, 256, 512)   # pseudo-observations the prior may be worth against an opening
+
+
+def predicted_rest_miss(x: list[int], others: list[list[int]], weight: float, opening: int = 64,
+                        prior_span: int = 128) -> float:
+    """The learner's prediction of one answer's rest miss rate from its opening (learning.rest_posterior
+    on rank 1): the others' opening-span miss rate as the prior worth `weight` observations, pooled
+    with the opening, times the others' rest/opening ratio."""
+    ratio = miss(others, opening) / miss(others, 0, opening)
+    return ratio * (weight * miss(others, 0, prior_span) + opening * miss([x], 0, opening)) / (weight + opening)
+
+
+def loo_rmse(rows: list[list[int]], weight: float, opening: int = 64) -> float:
+    """Root mean square error of predicted_rest_miss, each answer predicted from the others."""
+    errs = [predicted_rest_miss(x, rows[:i] + rows[i + 1:], weight, opening) - miss([x], opening)
+            for i, x in enumerate(rows)]
+    return statistics.mean(e * e for e in errs) ** 0.5
+
+
+def best_weight(rows: list[list[int]], opening: int = 64) -> float:
+    """The prior weight of WEIGHTS whose leave-one-prompt-out prediction of the rests erred least."""
+    return min(WEIGHTS, key=lambda w: loo_rmse(rows, w, opening))
+
+
 def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, seed: int = 0) -> dict:
     """How an answer's rest differs from its opening (longer answers than 128 tokens only):
     rank-1 miss rate per 64-position window, the rest/opening miss ratio with a 95 % interval
-    (bootstrap over prompts), and the learning check mimicked leave-one-prompt-out (prior, ratio
-    and the measurement set mean all from the other prompts) with and without the ratio."""
+    (bootstrap over prompts), the prior's weight against an answer's opening (best_weight), and the
+    learning check mimicked leave-one-prompt-out (prior, ratio, weight and the measurement set mean
+    all from the other prompts) with and without the ratio."""
     import random
     rng, out = random.Random(seed), {}
     for dom in ("code", "prose"):
@@ -149,8 +175,12 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
               f"{ratio:.3f} (95 % interval over prompts {lo95:.3f}-{hi95:.3f})")
         print("  by horizon (rest = positions 64..h-1): " + ", ".join(
             f"h={h} {r:.3f} ({a:.3f}-{b:.3f})" for h, (r, a, b) in horizons.items()))
+        rmse = {w: loo_rmse(rs, w, opening) for w in WEIGHTS}
+        weight = min(WEIGHTS, key=rmse.get)
+        print("  prior weight against the opening, leave-one-prompt-out RMSE of the rest's miss rate: " + ", ".join(
+            f"{w}: {e:.4f}" for w, e in rmse.items()) + f" -> {weight}")
         for levels in (4, 5):
-            plain, drift = [], []
+            plain, drift, weighted = [], [], []
             for i, x in enumerate(rs):
                 others = rs[:i] + rs[i + 1:]
                 prior = 1 - miss(others, 0, prior_span)
@@ -161,7 +191,10 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
                 plain.append(sum(post ** j for j in range(levels)) / actual - 1)
                 rest = 1 - (1 - post) * m
                 drift.append(sum(rest ** j for j in range(levels)) / actual - 1)
-            for name, errs in (("pooled", plain), ("pooled + ratio", drift)):
+                rest = 1 - predicted_rest_miss(x, others, best_weight(others, opening), opening, prior_span)
+                weighted.append(sum(rest ** j for j in range(levels)) / actual - 1)   # the weight from the others too
+            for name, errs in (("pooled", plain), ("pooled + ratio", drift),
+                               ("pooled + ratio, measured weight", weighted)):
                 print(f"  learning check mimicked, {levels}-level chain, {name}: "
                       + " ".join(f"{e:+.0%}" for e in errs)
                       + f" | mean {statistics.mean(errs):+.1%}, within 10 %: {sum(abs(e) <= .1 for e in errs)}"
@@ -169,26 +202,28 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
         out[dom] = {"prompts": len(rs), "positions_per_prompt": n, "opening": opening,
                     "miss_opening": miss(rs, 0, opening), "miss_prior_span": miss(rs, 0, prior_span),
                     "miss_rest": miss(rs, opening), "rest_over_opening": ratio, "ci95": [lo95, hi95],
+                    "prior_weight": weight, "prior_weight_loo_rmse": {str(w): e for w, e in rmse.items()},
                     "windows": {f"{a}-{b}": miss(rs, a, b) for a, b in windows},
                     "by_horizon": {str(h): {"rest_over_opening": r, "ci95": [a, b]}
                                    for h, (r, a, b) in horizons.items()}}
     return out
 
 
-def write_drift(path: Path, drift: dict, ranks: Path) -> None:
+def write_drift(path: Path, drift: dict, ranks: Path, measured_at: str) -> None:
     """The asset engine/answer_drift.py reads: the embedded pair's names, each domain's ratio with
     its interval and whether the stated rule applies it, and where it came from."""
     import platform
-    import time
 
     from engine import answer_drift, embedded, profiler
     obj = {"draft": embedded.DRAFT.folder_name, "target": embedded.TARGET.folder_name,
            "definition": "rest_over_opening = P(rank 1 missed) over answer positions opening.. / over 0..opening, "
                          "the target's greedy answers (ignore_eos) to assets/measurement-prompts.json; "
-                         "ci95: 2,000 bootstrap resamples of the prompts",
+                         "ci95: 2,000 bootstrap resamples of the prompts; prior_weight: of "
+                         f"{list(WEIGHTS)}, the prior's pseudo-observations against a 64-token opening whose "
+                         "leave-one-prompt-out prediction of the rest's rank-1 miss rate erred least (RMSE)",
            "rule": "applied where ci95 excludes 1 (engine/answer_drift.py)",
            "command": f"python bench/acceptance_dynamics.py --tokens 320 --ranks {ranks.name} --drift-out {path.name}",
-           "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ranks.stat().st_mtime)),
+           "measured_at": measured_at, "analysed_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
            "machine": {"platform": platform.platform(), "processor": profiler._cpu_name()},
            "domains": {d: {**v, "applied": answer_drift.applies(v),
                            "by_horizon": {h: {**e, "applied": answer_drift.applies(e)}
@@ -203,14 +238,22 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=128,
                     help="answer length to measure (over 128: ignore_eos, as the learning check runs)")
     ap.add_argument("--drift-out", type=Path, help="write the rest/opening drift per domain here (JSON)")
+    ap.add_argument("--measured-at", help="when --ranks was measured (UTC, default: now if measured by this "
+                                          "run, else the measured_at of an existing --drift-out)")
     args = ap.parse_args()
+    measured_at = args.measured_at
     if not args.ranks.exists():
         measure_ranks(args.ranks, args.tokens)
+        measured_at = measured_at or time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     data = json.loads(args.ranks.read_text())
     analyse(data)
     drift = analyse_drift(data)
     if drift and args.drift_out:
-        write_drift(args.drift_out, drift, args.ranks)
+        if measured_at is None and args.drift_out.exists():
+            measured_at = json.loads(args.drift_out.read_text()).get("measured_at")
+        if measured_at is None:
+            raise SystemExit("--measured-at is needed: when were the ranks in --ranks measured?")
+        write_drift(args.drift_out, drift, args.ranks, measured_at)
     return 0
 
 

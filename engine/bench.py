@@ -541,7 +541,7 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
     key = learning_key(pair, settings, domain=domain)
     start = learning.with_stored(vec, learning.load(key)).probabilities
     rest = rest_of_run(events, spec.tree, start,
-                       drift=answer_drift.ratio_for(pair.draft_name, pair.target_name, domain,
+                       drift=answer_drift.drift_for(pair.draft_name, pair.target_name, domain,
                                                     settings.max_new_tokens))
     if rest is not None:
         r.update(rest)
@@ -795,7 +795,7 @@ def step_yield(event) -> int:
 
 
 def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER,
-                drift: float | None = None) -> dict | None:
+                drift: answer_drift.Drift | None = None) -> dict | None:
     """The posterior after the first `after` generated tokens (start pooled with their censored
     outcomes; for the rest of the answer by the domain's measured `drift` where one applies,
     learning.rest_posterior) predicts F(tree) for the rest of the run; compared with the rest's

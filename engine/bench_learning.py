@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from engine import answer_drift, bench, bench_goals, learning, planning
+from engine import bench, bench_goals, learning, planning
 from engine import methods as M
 from engine.decoding import generate
 from engine.models import encode_prompt
@@ -67,10 +67,8 @@ def learning_plan(pair, config, settings: Settings, vec, prof, prompt: str | Non
 
 def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int):
     """One learning run frozen at the boundary: (row of figures, the Replanner holding its evidence)."""
-    replan = planning.Replanner(pair, result, settings, learn=True)
+    replan = planning.Replanner(pair, result, settings, learn=True, opening=after)
     learner = replan.learner
-    if learner is not None and after != answer_drift.OPENING:
-        learner.drift = None  # the measured drift is for a 64-token opening: none at another boundary
     seen, frozen = 0, {}
 
     def plan():
@@ -92,7 +90,8 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
            "steps": last.total_steps, "seconds": time.perf_counter() - t0, "frozen": bool(frozen),
            "replans": replan.replans, "start_source": result.acceptance.source,
            "acceptance_domain": result.domain or "pooled",
-           "rest_over_opening": learner.drift if learner is not None else None}
+           "rest_over_opening": learner.drift.ratio if learner is not None and learner.drift else None,
+           "rest_prior_weight": learner.drift.weight if learner is not None and learner.drift else None}
     rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after, learner.drift) if frozen else None
     if rest is None:
         row.update(error=None, note=("no learning: the plan drafts nothing" if learner is None else
@@ -173,6 +172,7 @@ def format_check(check: dict | None) -> str:
                      f"{r['observed_tokens_per_step']:.2f} tok/step ({r['error']:+.1%}); posterior from {p['total']} "
                      f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run"
                      + (f", drifted to the rest by {r['rest_over_opening']:.3f}" if r.get("rest_over_opening") else "")
+                     + (f", prior worth {r['rest_prior_weight']:g}" if r.get("rest_prior_weight") is not None else "")
                      + "); "
                      f"re-plans after the freeze {r['replans_after_freeze']}")
     lines += _tallies(groups)

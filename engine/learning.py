@@ -24,11 +24,12 @@ scaled down to MAX_TOTAL. Two stages use the rule:
      re-planned tree between steps (engine/planning.py plan_from_vector).
 Past an answer's opening (answer_drift.OPENING generated tokens) the plan is for the rest of the
 answer, which for the embedded pair accepts differently from the opening (engine/answer_drift.py).
-Where a measured rest/opening ratio applies, stage 2 becomes (rest_posterior):
+Where a measured drift applies (ratio, and the domain's measured prior weight w'), stage 2
+becomes (rest_posterior):
 
-    opening[k] = posterior above over the opening's own evidence
+    opening[k] = posterior above over the opening's own evidence, with w' for w
     rest0      = drifted(opening, ratio): P(rank 1 missed) times ratio, ranks 2.. scaled alike
-    rest[k]    = ((w + opening trials[k]) * rest0[k] + rest accepts[k]) / (w + opening trials[k] + rest trials[k])
+    rest[k]    = ((w' + opening trials[k]) * rest0[k] + rest accepts[k]) / (w' + opening trials[k] + rest trials[k])
 
 With a drift a run stores only its opening's evidence (the start it pools into is an opening
 rate). Stored evidence is capped at STORED_CAP trials of rank 1 (older evidence is scaled down), so the
@@ -174,15 +175,18 @@ def drifted(probs: list[float], ratio: float) -> list[float]:
     return _capped([1.0 - now] + [p * scale for p in probs[1:]])
 
 
-def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, ratio: float | None,
+def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, drift: "answer_drift.Drift | None",
                    weight: float = PRIOR_WEIGHT) -> list[float]:
-    """The posterior for an answer's rest (module docstring): the opening's posterior, drifted by
-    the measured ratio, as a prior as strong as what backs it, updated with the rest's evidence.
-    Without a ratio the rest is taken as the opening: the prior pooled with all the evidence."""
-    if ratio is None:
+    """The posterior for an answer's rest (module docstring): the opening's posterior (the prior
+    weighted as the drift measured, else `weight`), drifted by the measured ratio, as a prior as
+    strong as what backs it, updated with the rest's evidence. Without a drift the rest is taken
+    as the opening: the prior pooled with all the evidence."""
+    if drift is None:
         return pooled(prior, opening.add(rest), weight)
+    if drift.weight is not None:
+        weight = drift.weight
     weights = [weight + (opening.trials[k] if k < len(opening.trials) else 0.0) for k in range(len(prior))]
-    return _updated(drifted(pooled(prior, opening, weight), ratio), rest, weights)
+    return _updated(drifted(pooled(prior, opening, weight), drift.ratio), rest, weights)
 
 
 # ---------------------------------------------------------------- storage
@@ -247,13 +251,13 @@ def with_stored(vec, stored: Evidence):
 class Learner:
     """Learning during one run: starts from `start` (a vector already pooled with stored
     evidence), absorbs each StepEvent, and says when the posterior moved enough to re-plan.
-    With `drift` (answer_drift.ratio_for), once `opening` tokens were generated the posterior is
+    With `drift` (answer_drift.drift_for), once `opening` tokens were generated the posterior is
     for the rest of the answer (rest_posterior). `record()` at the end adds the run's evidence to
     the store under `key`."""
 
     def __init__(self, start: list[float], key: str | None = None, meta: dict | None = None,
                  base: list[float] | None = None, weight: float = PRIOR_WEIGHT,
-                 drift: float | None = None, opening: int | None = None):
+                 drift: answer_drift.Drift | None = None, opening: int | None = None):
         self.start, self.key, self.meta, self.weight = list(start), key, meta or {}, weight
         self.base = list(base) if base is not None else list(start)   # the measured/interpolated vector
         self.drift, self.opening = drift, answer_drift.OPENING if opening is None else opening
@@ -294,7 +298,8 @@ class Learner:
         return {"prior": list(self.start), "posterior": self.posterior,
                 "observed": [(int(a), int(t)) for a, t in zip(accepts, trials)],
                 "positions": int(self.run.nodes), "weight": self.weight,
-                "drift": ({"ratio": self.drift, "opening": self.opening, "applied": self.past_opening}
+                "drift": ({"ratio": self.drift.ratio, "prior_weight": self.drift.weight, "opening": self.opening,
+                           "applied": self.past_opening}
                           if self.drift is not None else None)}
 
     def record(self) -> Evidence | None:

@@ -343,9 +343,10 @@ def plan_from_vector(spec: MethodSpec, acceptance, prof=None, sampling: bool = F
     return None
 
 
-def learner_for(pair, result: "PlanResult", settings: Settings):
+def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | None = None):
     """The learning of one run planned as `result` (engine/learning.py), or None when its steps say
-    nothing about the Sequoia/greedy acceptance vector (SpecInfer at T > 0, autoregressive)."""
+    nothing about the Sequoia/greedy acceptance vector (SpecInfer at T > 0, autoregressive).
+    `opening`: the generated tokens after which it plans for the answer's rest (answer_drift.OPENING)."""
     if not result.method.uses_draft or not learns_from(result.method, settings):
         return None
     vec = result.acceptance
@@ -354,9 +355,10 @@ def learner_for(pair, result: "PlanResult", settings: Settings):
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "top_k": settings.top_k, "sampler": "greedy" if settings.greedy else "sequoia",
             "draft_kernels": profiler.draft_kernels(pair), "domain": result.domain}
-    drift = answer_drift.ratio_for(pair.draft_name, pair.target_name, result.domain, settings.max_new_tokens)
+    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, result.domain, settings.max_new_tokens, opening)
     return learning.Learner(start, learning_key(pair, settings, domain=result.domain), meta,
-                            base=list(base.probabilities) if base is not None else None, drift=drift)
+                            base=list(base.probabilities) if base is not None else None, drift=drift,
+                            opening=opening)
 
 
 class Replanner:
@@ -369,10 +371,11 @@ class Replanner:
     Exact: only steps already finished are observed (observe() runs between steps), so the tree
     of step t depends on the past only (ALGORITHM.md section 7, "Adaptive trees are exact")."""
 
-    def __init__(self, pair, result: "PlanResult", settings: Settings, user=None, learn: bool = True):
+    def __init__(self, pair, result: "PlanResult", settings: Settings, user=None, learn: bool = True,
+                 opening: int | None = None):
         self.result, self.settings, self.user = result, settings, user
         self.tree, self.spec, self.forced = result.method.tree, result.spec, False
-        self.learner = learner_for(pair, result, settings) if learn else None
+        self.learner = learner_for(pair, result, settings, opening) if learn else None
         self.replans = 0
 
     def observe(self, event) -> None:

@@ -92,34 +92,80 @@ def test_the_tree_is_frozen_at_the_boundary_and_predicted_from_the_posterior_the
         assert row["error"] == pytest.approx(row["predicted_tokens_per_step"] / row["observed_tokens_per_step"] - 1)
 
 
-def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypatch):
-    """Where a rest/opening drift applies (engine/answer_drift.py), the frozen tree's prediction
-    uses the opening's posterior drifted to the rest, and the row says by how much."""
+def _drift_asset(monkeypatch, tmp_path, pair, ratio=0.5, weight=40):
+    """A measured drift for the tiny pair's names (the real answer_drift.drift_for reads it, its
+    boundary and horizon rules included); the tiny pair plans with the pooled vector, so the
+    wrapper looks the drift up as code's. Returns the calls drift_for got."""
     from engine import answer_drift
-    monkeypatch.setattr(answer_drift, "ratio_for", lambda *args, **kwargs: 0.5)
-    monkeypatch.setattr(answer_drift, "OPENING", 8)   # the check's boundary (8 here, 64 for real)
+    path = tmp_path / "drift.json"
+    path.write_text(json.dumps({"draft": pair.draft_name, "target": pair.target_name, "domains": {"code": {
+        "rest_over_opening": ratio, "ci95": [ratio - 0.1, ratio + 0.1], "prior_weight": weight}}}))
+    real, calls = answer_drift.drift_for, []
+
+    def drift_for(draft, target, domain, horizon=None, opening=None, path_=None):
+        calls.append(dict(domain=domain, horizon=horizon, opening=opening))
+        return real(draft, target, "code", horizon, opening, path=path)
+    monkeypatch.setattr(answer_drift, "drift_for", drift_for)
+    return calls
+
+
+def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypatch, tmp_path):
+    """Where a rest/opening drift applies (engine/answer_drift.py), the frozen tree's prediction
+    uses the opening's posterior (the prior worth the measured weight) drifted to the rest, and the
+    row says by how much."""
+    from engine import answer_drift
     pair = tiny_pair("llama", noise=0.15)
+    calls = _drift_asset(monkeypatch, tmp_path, pair)
+    monkeypatch.setattr(answer_drift, "OPENING", 8)   # the check's boundary (8 here, 64 for real)
     runs = _recorded(monkeypatch)
     row = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None,
                                    say=lambda *_: None)["runs"][0]
+    assert calls[-1]["opening"] == 8 and calls[-1]["horizon"] == 8 + 16   # the boundary and the 16 tokens after it
     steps = [e for e in runs[0] if e.nodes]
     head = learning.events_evidence(steps[:_boundary(steps, 8)])
-    posterior = learning.rest_posterior(START, head, learning.Evidence(), 0.5)
-    assert row["rest_over_opening"] == 0.5 and row["posterior"] == pytest.approx(posterior)
-    assert posterior[0] > learning.pooled(START, head)[0]   # the rest misses rank 1 half as often
+    drift = answer_drift.Drift(0.5, 40.0)
+    posterior = learning.rest_posterior(START, head, learning.Evidence(), drift)
+    assert row["rest_over_opening"] == 0.5 and row["rest_prior_weight"] == 40
+    assert row["posterior"] == pytest.approx(posterior)
+    assert posterior != pytest.approx(learning.rest_posterior(START, head, learning.Evidence(),
+                                                              answer_drift.Drift(0.5, None)))  # the weight counts
+    assert posterior[0] > learning.pooled(START, head, 40)[0]   # the rest misses rank 1 half as often
     tree = Tree.from_parents(row["frozen_tree"]["parents"])
     # the frozen tree is the DP tree of the rest's posterior (the boundary re-planned it)
     assert tree.parents == planning.plan_from_vector(planning.MethodSpec("sequoia", 10, 5), posterior).parents
     assert row["predicted_tokens_per_step"] == pytest.approx(tree.expected_tokens(posterior))
     assert row["predicted_tokens_per_step"] == pytest.approx(
-        bench.rest_of_run(steps, tree, START, 8, 0.5)["rest_predicted_tokens_per_step"])
-    assert "drifted to the rest by 0.500" in bench_learning.format_check(
-        {"after": 8, "tokens": 16, "frozen": "f", "storage": "s", "runs": [row]})
+        bench.rest_of_run(steps, tree, START, 8, drift)["rest_predicted_tokens_per_step"])
+    text = bench_learning.format_check({"after": 8, "tokens": 16, "frozen": "f", "storage": "s", "runs": [row]})
+    assert "drifted to the rest by 0.500, prior worth 40" in text
     # the drift was measured for a 64-token opening (8 here): at another boundary none applies
     monkeypatch.setattr(answer_drift, "OPENING", 64)
     row = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None,
                                    say=lambda *_: None)["runs"][0]
-    assert row["rest_over_opening"] is None
+    assert calls[-1]["opening"] == 8 and row["rest_over_opening"] is None and row["rest_prior_weight"] is None
+
+
+def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_path):
+    """bench._learn (learning on in a bench run) predicts a run's rest with the drift of the run's
+    prompt domain and length, as the learner of a Live run would."""
+    from engine import answer_drift, methods
+    from engine.decoding import generate
+    from engine.models import encode_prompt
+    pair = tiny_pair("llama", noise=0.15)
+    calls = _drift_asset(monkeypatch, tmp_path, pair, ratio=0.6, weight=48)
+    settings = Settings(temperature=0.0, max_new_tokens=96, ignore_eos=True)
+    spec = bench.MethodSpec("chain", methods.chain(4), width=1)
+    events = list(generate(pair, encode_prompt(pair, "def f", None), spec.method, settings))
+    steps = [e for e in events if e.nodes]
+    r = {"events": steps, "evidence": learning.events_evidence(steps)}
+    vec, info = _vec(pair), {}
+    bench._learn(pair, _config(learn=True), settings, spec, r, vec, info, domain="prose")
+    assert calls == [dict(domain="prose", horizon=96, opening=None)]
+    head = learning.events_evidence(steps[:_boundary(steps, 64)])
+    want = spec.tree.expected_tokens(learning.rest_posterior(START, head, learning.Evidence(),
+                                                        answer_drift.Drift(0.6, 48.0)))
+    assert r["rest_predicted_tokens_per_step"] == pytest.approx(want)
+    assert info["learned_by_domain"]["prose"]["positions"] == r["evidence"].nodes
 
 
 def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):

@@ -1,5 +1,6 @@
 """Learning the acceptance vector while decoding (engine/learning.py), re-planning between steps
 (planning.Replanner), and interpolated vectors (engine/interpolation.py)."""
+import json
 import random
 from types import SimpleNamespace
 
@@ -194,23 +195,30 @@ def test_drift_scales_the_miss_mass():
 
 
 def test_rest_posterior_rule():
+    from engine.answer_drift import Drift
     prior, opening = [0.7, 0.1], learning.Evidence([40, 10], [30, 2], 40)
     start = learning.drifted(learning.pooled(prior, opening, 32), 0.5)
     # no evidence after the opening: the opening's posterior, drifted
-    assert learning.rest_posterior(prior, opening, learning.Evidence(), 0.5, 32) == pytest.approx(start)
+    assert learning.rest_posterior(prior, opening, learning.Evidence(), Drift(0.5, None), 32) == pytest.approx(start)
     # the rest's own evidence updates it, against a prior as strong as what backs the opening
     rest = learning.Evidence([20, 4], [19, 1], 20)
-    assert learning.rest_posterior(prior, opening, rest, 0.5, 32) == pytest.approx(
+    assert learning.rest_posterior(prior, opening, rest, Drift(0.5, None), 32) == pytest.approx(
         [(72 * start[0] + 19) / 92, (42 * start[1] + 1) / 46])
+    # a measured weight replaces the default one, for the opening's pooling and for the rest's prior
+    heavy = learning.drifted(learning.pooled(prior, opening, 128), 0.5)
+    assert learning.rest_posterior(prior, opening, rest, Drift(0.5, 128.0), 32) == pytest.approx(
+        [(168 * heavy[0] + 19) / 188, (138 * heavy[1] + 1) / 142])
+    assert heavy[0] < start[0]   # this opening (30 of 40) beat the prior (0.7): a heavier prior holds it back
 
 
 def test_learner_predicts_the_rest_of_the_answer_past_the_opening():
     """With a drift the posterior switches to the rest's at `opening` tokens; without, it stays pooled."""
+    from engine.answer_drift import Drift
     rng = random.Random(3)
     opening = _simulate([0.6, 0.1, 0.05, 0.02], 30, rng)
     later = _simulate([0.9, 0.05, 0.02, 0.01], 30, rng)
     prior = [0.7, 0.1, 0.05, 0.02]
-    plain, drift = learning.Learner(prior), learning.Learner(prior, drift=0.4, opening=10 ** 6)
+    plain, drift = learning.Learner(prior), learning.Learner(prior, drift=Drift(0.4, None), opening=10 ** 6)
     for ev in opening:
         plain.observe(ev)
         drift.observe(ev)
@@ -218,14 +226,14 @@ def test_learner_predicts_the_rest_of_the_answer_past_the_opening():
     drift.opening = drift.tokens   # the opening ends here
     head = learning.events_evidence(opening)
     assert drift.past_opening and drift.state()["drift"]["applied"]
-    assert drift.posterior == pytest.approx(learning.rest_posterior(prior, head, learning.Evidence(), 0.4))
+    assert drift.posterior == pytest.approx(learning.rest_posterior(prior, head, learning.Evidence(), Drift(0.4, None)))
     for ev in later:
         plain.observe(ev)
         drift.observe(ev)
     assert drift.head.nodes == head.nodes and drift.tail.nodes == learning.events_evidence(later).nodes
     assert drift.run.nodes == head.nodes + drift.tail.nodes   # all of it is stored, as before
     assert drift.posterior == pytest.approx(
-        learning.rest_posterior(prior, head, learning.events_evidence(later), 0.4))
+        learning.rest_posterior(prior, head, learning.events_evidence(later), Drift(0.4, None)))
     assert plain.posterior == pytest.approx(learning.pooled(prior, learning.events_evidence(opening + later)))
     assert plain.state()["drift"] is None
 
@@ -234,7 +242,8 @@ def test_a_step_that_starts_in_the_opening_counts_for_the_opening(tmp_path, monk
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     two = _event([-1, 0, 1], {0: 1, 1: 1})       # accepts 2 nodes: 3 tokens with the bonus
     one = _event([-1, 0], {0: None})             # accepts none: 1 token
-    learner = learning.Learner([0.7, 0.1], key="k", drift=0.5, opening=4)
+    from engine.answer_drift import Drift
+    learner = learning.Learner([0.7, 0.1], key="k", drift=Drift(0.5, None), opening=4)
     for ev in (two, two, one):                   # the second step starts at token 3 and ends at 6
         learner.observe(ev)
     assert learner.tokens == 7 and learner.head.nodes == 4 and learner.tail.nodes == 1
@@ -247,16 +256,27 @@ def test_answer_drift_takes_the_entry_of_the_runs_horizon(tmp_path):
     from engine import answer_drift
     path = tmp_path / "drift.json"
     path.write_text('{"draft": "d", "target": "t", "domains": {"code": {"rest_over_opening": 0.65, '
-                    '"ci95": [0.5, 0.8], "by_horizon": {"128": {"rest_over_opening": 0.8, "ci95": [0.6, 1.03]},'
+                    '"ci95": [0.5, 0.8], "prior_weight": 64, '
+                    '"by_horizon": {"128": {"rest_over_opening": 0.8, "ci95": [0.6, 1.03]},'
                     '"192": {"rest_over_opening": 0.7, "ci95": [0.6, 0.9]},'
                     '"320": {"rest_over_opening": 0.65, "ci95": [0.5, 0.8]}}}}}')
-    got = {h: answer_drift.ratio_for("d", "t", "code", h, path=path) for h in (None, 64, 100, 128, 150, 320, 999)}
-    assert got == {None: 0.65, 64: None, 100: None, 128: None, 150: 0.7, 320: 0.65, 999: 0.65}
+    got = {h: answer_drift.drift_for("d", "t", "code", h, path=path) for h in (None, 64, 100, 128, 150, 320, 999)}
+    assert {h: d and d.ratio for h, d in got.items()} == \
+        {None: 0.65, 64: None, 100: None, 128: None, 150: 0.7, 320: 0.65, 999: 0.65}
+    assert {d.weight for d in got.values() if d} == {64.0}   # one weight per domain, whatever the horizon
+    # measured for a 64-token opening: a learner with another boundary gets none
+    assert answer_drift.drift_for("d", "t", "code", 320, opening=64, path=path).ratio == 0.65
+    assert answer_drift.drift_for("d", "t", "code", 320, opening=32, path=path) is None
     for bad in ('{"rest_over_opening": -1, "ci95": [0.5, 0.8]}', '{"rest_over_opening": 0.5, "ci95": null}',
                 '{"ci95": [0.5, 0.8]}', '[1]'):
         path = tmp_path / f"bad{len(bad)}.json"
         path.write_text('{"draft": "d", "target": "t", "domains": {"code": %s}}' % bad)
-        assert answer_drift.ratio_for("d", "t", "code", path=path) is None
+        assert answer_drift.drift_for("d", "t", "code", path=path) is None
+    for bad_weight in ('-1', '"64"', 'null'):   # an insane weight: the learner's default
+        path = tmp_path / f"w{len(bad_weight)}.json"
+        path.write_text('{"draft": "d", "target": "t", "domains": {"code": {"rest_over_opening": 0.8, '
+                        '"ci95": [0.7, 0.9], "prior_weight": %s}}}' % bad_weight)
+        assert answer_drift.drift_for("d", "t", "code", path=path) == answer_drift.Drift(0.8, None)
 
 
 def test_answer_drift_applies_only_where_measured_and_clear(tmp_path):
@@ -265,8 +285,17 @@ def test_answer_drift_applies_only_where_measured_and_clear(tmp_path):
     path.write_text('{"draft": "d", "target": "t", "domains": {'
                     '"code": {"rest_over_opening": 0.8, "ci95": [0.7, 0.9]},'
                     '"prose": {"rest_over_opening": 0.9, "ci95": [0.7, 1.1]}}}')
-    assert answer_drift.ratio_for("d", "t", "code", path=path) == 0.8
-    assert answer_drift.ratio_for("d", "t", "prose", path=path) is None      # interval holds 1: not applied
-    assert answer_drift.ratio_for("d", "t", "", path=path) is None           # domain unsure: pooled vector
-    assert answer_drift.ratio_for("d", "other", "code", path=path) is None   # another pair
-    assert answer_drift.ratio_for("d", "t", "code", path=tmp_path / "missing.json") is None
+    assert answer_drift.drift_for("d", "t", "code", path=path) == answer_drift.Drift(0.8, None)
+    assert answer_drift.drift_for("d", "t", "prose", path=path) is None      # interval holds 1: not applied
+    assert answer_drift.drift_for("d", "t", "", path=path) is None           # domain unsure: pooled vector
+    assert answer_drift.drift_for("d", "other", "code", path=path) is None   # another pair
+    assert answer_drift.drift_for("d", "t", "code", path=tmp_path / "missing.json") is None
+
+
+def test_the_shipped_drift_has_a_measured_weight_per_domain():
+    """The asset bench/acceptance_dynamics.py wrote: each domain's weight is the grid's least-error one."""
+    from engine import answer_drift
+    obj = json.loads(answer_drift.SHIPPED.read_text())
+    for name, entry in obj["domains"].items():
+        rmse = {float(w): e for w, e in entry["prior_weight_loo_rmse"].items()}
+        assert entry["prior_weight"] == min(rmse, key=rmse.get), name

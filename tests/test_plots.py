@@ -221,7 +221,8 @@ def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     from engine.settings import Settings
     from engine import learning
     run = live.Run(Settings(temperature=0.0))
-    learner = learning.Learner([0.7, 0.1], drift=0.62, opening=64)   # what the worker's Note carries
+    from engine.answer_drift import Drift
+    learner = learning.Learner([0.7, 0.1], drift=Drift(0.62, 64.0), opening=64)   # what the worker's Note carries
     run.learning = learner.state()
     assert [t.name for t in run.acc_fig().data][-1] == "posterior (plans the next steps)"
     learner.tokens = 64   # past the opening
