@@ -1,0 +1,71 @@
+"""The scripts behind the answer-drift asset and its checks (issue 15): bench/acceptance_dynamics.py's
+choice of the prior's weight against an opening, and bench/learning_check_reweigh.py's recovery of
+a learning check's opening evidence (the measuring halves need the embedded pair; their output is
+committed under bench/)."""
+import importlib.util
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+dynamics, reweigh = _script("acceptance_dynamics"), _script("learning_check_reweigh")
+
+
+def _answers(rates, rest_of, n=320, seed=0):
+    """Rank sequences (1 = hit, 0 = miss) with opening miss rate r and rest miss rate rest_of(r)."""
+    rng = random.Random(seed)
+    return [[0 if rng.random() < r else 1 for _ in range(64)] +
+            [0 if rng.random() < rest_of(r) else 1 for _ in range(n - 64)] for r in rates]
+
+
+def test_the_prior_weight_follows_how_much_an_opening_tells_its_rest():
+    rates = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.3, 0.2]
+    # the rest keeps its opening's rate (halved): the opening tells all, the prior should count little
+    telling = _answers(rates, lambda r: r / 2)
+    # every rest has the domain's rate whatever the opening: the prior should count most
+    silent = _answers(rates, lambda r: 0.15)
+    assert dynamics.best_weight(telling) <= 16 < 256 <= dynamics.best_weight(silent)
+    x, others = telling[0], telling[1:]
+    ratio = dynamics.miss(others, 64) / dynamics.miss(others, 0, 64)
+    assert dynamics.predicted_rest_miss(x, others, 0) == pytest.approx(ratio * dynamics.miss([x], 0, 64))
+    assert dynamics.predicted_rest_miss(x, others, 1e9) == pytest.approx(ratio * dynamics.miss(others, 0, 128))
+
+
+def test_reweighing_recovers_the_opening_and_predicts_as_the_learner_would():
+    """A row made by learning.rest_posterior from known opening evidence at one weight, re-predicted
+    at another, gives what rest_posterior gives at that weight (the inversion is the rule's)."""
+    from engine import learning
+    from engine.answer_drift import Drift
+    source = ROOT / "assets/measured/acceptance" / "57a48fd8cc2df2f8.json"   # a shipped code vector
+    start = json.loads(source.read_text())["probabilities"]
+    opening = learning.Evidence([35.0], [28.0], 35.0)
+    for weight, other, ratio in ((64.0, 32.0, 0.65), (128.0, 0.0, 0.84), (32.0, 256.0, 1.2)):
+        post = learning.rest_posterior(start, opening, learning.Evidence(), Drift(ratio, weight))
+        row = {"frozen_tree": {"nodes": 6, "parents": [-1, 0, 1, 2, 3, 4]}, "rest_over_opening": ratio,
+               "rest_prior_weight": weight, "positions_behind_posterior": {"this_run": 35},
+               "posterior": post, "observed_tokens_per_step": 4.0, "start_source": str(source)}
+        want = learning.rest_posterior(start, opening, learning.Evidence(), Drift(ratio, other))[0]
+        assert reweigh.reweighed(row, other) == pytest.approx(reweigh.chain_yield(want, 6) / 4.0 - 1, rel=1e-3)
+        assert reweigh.reweighed(row, None) == pytest.approx(reweigh.chain_yield(post[0], 6) / 4.0 - 1)
+    row["frozen_tree"] = {"nodes": 3, "parents": [-1, 0, 0]}   # not a chain: rank 1 does not decide it
+    assert reweigh.reweighed(row, 32.0) is None
+
+
+@pytest.mark.parametrize("check", ["learning-check-weight-avx512.json", "learning-check-drift-avx2.json"])
+def test_the_committed_checks_rows_predict_their_chains_from_their_posteriors(check):
+    """What the re-weighing of the committed checks rests on: each row's prediction is its frozen
+    chain's yield at its stored posterior's rank 1."""
+    runs = json.loads((ROOT / "bench" / check).read_text())["learning_check"]["runs"]
+    for row in runs:
+        assert reweigh.reweighed(row, None) == pytest.approx(row["error"], abs=1e-9), row["prompt"]
