@@ -24,8 +24,11 @@ Part 2 (instant): from those ranks,
 
 Part 3 (answers longer than 128 tokens only; `--tokens 320` takes about 35 minutes for part 1):
 rank-1 misses per 64-position window, the rest/opening miss ratio engine/answer_drift.py applies
-(with a 95 % interval from resampling prompts), and the learning check mimicked leave-one-prompt-out
-with and without the ratio; `--drift-out` writes the ratio asset.
+(with a 95 % interval from resampling prompts), the prior's weight against an answer's opening
+(of WEIGHTS, the least leave-one-prompt-out error predicting each rest from its opening; also
+shown with the opening's trials counted as chains record them), and the learning check mimicked
+leave-one-prompt-out with and without the ratio and the weight; `--drift-out` writes the asset
+(`--measured-at` says when --ranks was measured; re-analysing keeps the existing asset's date).
 """
 from __future__ import annotations
 
@@ -126,18 +129,35 @@ def miss(rows: list[list[int]], lo: int, hi: int | None = None) -> float:
 WEIGHTS = (0, 16, 32, 64, 128, 256, 512)   # pseudo-observations the prior may be worth against an opening
 
 
+def opening_counts(ranks: list[int], drafted: int | None = None) -> tuple[int, int]:
+    """(rank-1 misses, trials) over `ranks`: every position a trial (a 16-wide star at each), or
+    as a chain drafting `drafted` tokens records them (a step's bonus after a full chain is no
+    trial: the learner's censored counts, engine/learning.py)."""
+    if drafted is None:
+        return sum(r != 1 for r in ranks), len(ranks)
+    i = misses = trials = 0
+    while i < len(ranks):
+        a = 0
+        while a < drafted and i + a < len(ranks) and ranks[i + a] == 1:
+            a += 1
+        missed = a < drafted and i + a < len(ranks)
+        misses, trials, i = misses + missed, trials + a + missed, i + a + 1
+    return misses, trials
+
+
 def predicted_rest_miss(x: list[int], others: list[list[int]], weight: float, opening: int = 64,
-                        prior_span: int = 128) -> float:
+                        prior_span: int = 128, drafted: int | None = None) -> float:
     """The learner's prediction of one answer's rest miss rate from its opening (learning.rest_posterior
     on rank 1): the others' opening-span miss rate as the prior worth `weight` observations, pooled
-    with the opening, times the others' rest/opening ratio."""
+    with the opening's counts (opening_counts), times the others' rest/opening ratio."""
     ratio = miss(others, opening) / miss(others, 0, opening)
-    return ratio * (weight * miss(others, 0, prior_span) + opening * miss([x], 0, opening)) / (weight + opening)
+    misses, trials = opening_counts(x[:opening], drafted)
+    return ratio * (weight * miss(others, 0, prior_span) + misses) / (weight + trials)
 
 
-def loo_rmse(rows: list[list[int]], weight: float, opening: int = 64) -> float:
+def loo_rmse(rows: list[list[int]], weight: float, opening: int = 64, drafted: int | None = None) -> float:
     """Root mean square error of predicted_rest_miss, each answer predicted from the others."""
-    errs = [predicted_rest_miss(x, rows[:i] + rows[i + 1:], weight, opening) - miss([x], opening)
+    errs = [predicted_rest_miss(x, rows[:i] + rows[i + 1:], weight, opening, drafted=drafted) - miss([x], opening)
             for i, x in enumerate(rows)]
     return statistics.mean(e * e for e in errs) ** 0.5
 
@@ -179,20 +199,22 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
         weight = min(WEIGHTS, key=rmse.get)
         print("  prior weight against the opening, leave-one-prompt-out RMSE of the rest's miss rate: " + ", ".join(
             f"{w}: {e:.4f}" for w, e in rmse.items()) + f" -> {weight}")
+        for drafted in (1, 3, 7):
+            walked = {w: loo_rmse(rs, w, opening, drafted) for w in WEIGHTS}
+            print(f"    with the opening's rank-1 trials as a chain drafting {drafted} records them: " + ", ".join(
+                f"{w}: {e:.4f}" for w, e in walked.items()) + f" -> {min(WEIGHTS, key=walked.get)}")
+        nested = [best_weight(rs[:i] + rs[i + 1:], opening) for i in range(len(rs))]  # no answer picks its own
         for levels in (4, 5):
             plain, drift, weighted = [], [], []
             for i, x in enumerate(rs):
                 others = rs[:i] + rs[i + 1:]
-                prior = 1 - miss(others, 0, prior_span)
-                m = miss(others, opening) / miss(others, 0, opening)
-                head = x[:opening]
-                post = (32 * prior + sum(r == 1 for r in head)) / (32 + len(head))
                 actual = chain_yield(x[opening:], levels - 1)
+                post = 1 - miss(others, 0, prior_span)
+                post = (32 * post + sum(r == 1 for r in x[:opening])) / (32 + opening)
                 plain.append(sum(post ** j for j in range(levels)) / actual - 1)
-                rest = 1 - (1 - post) * m
-                drift.append(sum(rest ** j for j in range(levels)) / actual - 1)
-                rest = 1 - predicted_rest_miss(x, others, best_weight(others, opening), opening, prior_span)
-                weighted.append(sum(rest ** j for j in range(levels)) / actual - 1)   # the weight from the others too
+                for errs, w in ((drift, 32), (weighted, nested[i])):
+                    rest = 1 - predicted_rest_miss(x, others, w, opening, prior_span)
+                    errs.append(sum(rest ** j for j in range(levels)) / actual - 1)
             for name, errs in (("pooled", plain), ("pooled + ratio", drift),
                                ("pooled + ratio, measured weight", weighted)):
                 print(f"  learning check mimicked, {levels}-level chain, {name}: "

@@ -28,16 +28,21 @@ def chain_yield(p: float, nodes: int) -> float:
 
 
 def reweighed(row: dict, weight: float | None) -> float | None:
-    """The row's prediction error with the opening pooled at `weight` (None: the row's own)."""
+    """The row's prediction error with the opening pooled at `weight` (None: the row's own); None
+    where it cannot be recovered: no drift, not a chain (rank 1 alone does not decide it), a start
+    that is not a shipped vector alone (stored evidence pooled in, interpolated), or a stored
+    posterior no opening gives."""
     from engine import learning
     from engine.answer_drift import Drift
-    tree = row["frozen_tree"]
+    tree, behind = row["frozen_tree"], row["positions_behind_posterior"]
     if not row.get("rest_over_opening") or tree["parents"] != list(range(-1, tree["nodes"] - 1)):
-        return None   # no drift, or not a chain: rank 1 alone does not decide it
-    start = json.loads((ROOT / "assets/measured/acceptance" / Path(row["start_source"]).name).read_text())
-    start = [float(x) for x in start["probabilities"]]
-    trials, ratio = float(row["positions_behind_posterior"]["this_run"]), row["rest_over_opening"]
-    own = row.get("rest_prior_weight") or learning.PRIOR_WEIGHT
+        return None
+    source = ROOT / "assets/measured/acceptance" / Path(row["start_source"]).name
+    if behind.get("stored") or not source.is_file():
+        return None
+    start = [float(x) for x in json.loads(source.read_text())["probabilities"]]
+    trials, ratio = float(behind["this_run"]), row["rest_over_opening"]
+    own = learning.PRIOR_WEIGHT if row.get("rest_prior_weight") is None else row["rest_prior_weight"]
 
     def rank1(accepts: float, w: float) -> float:
         opening = learning.Evidence([trials], [accepts], trials)
@@ -46,7 +51,10 @@ def reweighed(row: dict, weight: float | None) -> float | None:
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if rank1(mid, own) < row["posterior"][0] else (lo, mid)
-    rest = rank1((lo + hi) / 2, own if weight is None else weight)
+    accepts = (lo + hi) / 2
+    if abs(rank1(accepts, own) - row["posterior"][0]) > 1e-9:
+        return None
+    rest = rank1(accepts, own if weight is None else weight)
     return chain_yield(rest, tree["nodes"]) / row["observed_tokens_per_step"] - 1
 
 

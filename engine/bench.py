@@ -540,14 +540,15 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
         return
     key = learning_key(pair, settings, domain=domain)
     start = learning.with_stored(vec, learning.load(key)).probabilities
-    rest = rest_of_run(events, spec.tree, start,
-                       drift=answer_drift.drift_for(pair.draft_name, pair.target_name, domain,
-                                                    settings.max_new_tokens))
+    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens)
+    rest = rest_of_run(events, spec.tree, start, drift=drift)
     if rest is not None:
         r.update(rest)
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "sampler": "greedy" if settings.greedy else "sequoia"}
-    stored = learning.record(key, r["evidence"], meta, vec.probabilities)
+    # as Learner.record: with a drift only the opening is stored (the next start is an opening rate)
+    run = learning.events_evidence(split_at(events)[0]) if drift is not None else r["evidence"]
+    stored = learning.record(key, run, meta, vec.probabilities)
     info.setdefault("learned_by_domain", {})[domain or "pooled"] = {"key": key, "positions": int(stored.nodes),
                                                                     "runs": stored.runs}
     info["learned"] = info["learned_by_domain"][domain or "pooled"]
@@ -794,21 +795,29 @@ def step_yield(event) -> int:
     return sum(n.status == "accepted" for n in event.nodes) + any(n.status == "bonus" for n in event.nodes)
 
 
+def split_at(events, after: int = LEARN_AFTER) -> tuple[list, list]:
+    """(opening, rest): the steps that start before `after` generated tokens, and the others (the
+    Learner's split: a step that starts in the opening counts for it)."""
+    seen = 0
+    for i, e in enumerate(events):
+        if seen >= after:
+            return list(events[:i]), list(events[i:])
+        seen += len(e.new_token_ids)
+    return list(events), []
+
+
 def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER,
                 drift: answer_drift.Drift | None = None) -> dict | None:
     """The posterior after the first `after` generated tokens (start pooled with their censored
     outcomes; for the rest of the answer by the domain's measured `drift` where one applies,
     learning.rest_posterior) predicts F(tree) for the rest of the run; compared with the rest's
     observed yield."""
-    seen, head = 0, []
-    for i, e in enumerate(events):
-        if seen >= after:
-            rest = events[i:]
-            post = learning.rest_posterior(start, learning.events_evidence(head), learning.Evidence(), drift)
-            observed = sum(step_yield(x) for x in rest) / len(rest)
-            predicted = tree.expected_tokens(post)
-            return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,
-                    "rest_predicted_tokens_per_step": predicted, "rest_error": predicted / observed - 1}
-        head.append(e)
-        seen += len(e.new_token_ids)
-    return None
+    head, rest = split_at(events, after)
+    if not rest:
+        return None
+    post = learning.rest_posterior(start, learning.events_evidence(head), learning.Evidence(), drift)
+    observed = sum(step_yield(x) for x in rest) / len(rest)
+    predicted = tree.expected_tokens(post)
+    return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,
+            "rest_predicted_tokens_per_step": predicted, "rest_error": predicted / observed - 1,
+            "rest_over_opening": drift.ratio if drift else None, "rest_prior_weight": drift.weight if drift else None}

@@ -89,9 +89,7 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     row = {"method": result.spec.kind, "finish_reason": last.finish_reason, "tokens": last.total_tokens,
            "steps": last.total_steps, "seconds": time.perf_counter() - t0, "frozen": bool(frozen),
            "replans": replan.replans, "start_source": result.acceptance.source,
-           "acceptance_domain": result.domain or "pooled",
-           "rest_over_opening": learner.drift.ratio if learner is not None and learner.drift else None,
-           "rest_prior_weight": learner.drift.weight if learner is not None and learner.drift else None}
+           "acceptance_domain": result.domain or "pooled", "rest_over_opening": None, "rest_prior_weight": None}
     rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after, learner.drift) if frozen else None
     if rest is None:
         row.update(error=None, note=("no learning: the plan drafts nothing" if learner is None else
@@ -112,6 +110,7 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
                truncated_tokens_after=sum(bench.step_yield(e) for e in tail) - kept,
                predicted_tokens_per_step=predicted, observed_tokens_per_step=observed,
                error=predicted / observed - 1, positions_behind_posterior=positions,
+               rest_over_opening=rest["rest_over_opening"], rest_prior_weight=rest["rest_prior_weight"],
                posterior=frozen["posterior"], replans_before_freeze=frozen["replans"],
                replans_after_freeze=replan.replans - frozen["replans"],
                tree_changes_after_freeze=sum(a != b for a, b in zip(trees, trees[1:])),

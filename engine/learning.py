@@ -31,6 +31,10 @@ becomes (rest_posterior):
     rest0      = drifted(opening, ratio): P(rank 1 missed) times ratio, ranks 2.. scaled alike
     rest[k]    = ((w' + opening trials[k]) * rest0[k] + rest accepts[k]) / (w' + opening trials[k] + rest trials[k])
 
+The measured w' was chosen for the first of these two uses (predicting the rest from the opening,
+what the learning check tests); the second (how fast the rest's own steps move the posterior)
+follows from it as a Beta update and is not measured separately. At the boundary the opening's
+evidence is re-pooled with w' instead of w, so the posterior moves there for that reason too.
 With a drift a run stores only its opening's evidence (the start it pools into is an opening
 rate). Stored evidence is capped at STORED_CAP trials of rank 1 (older evidence is scaled down), so the
 stored vector follows a pair's recent use. The measured vector in the acceptance cache is never
@@ -175,16 +179,21 @@ def drifted(probs: list[float], ratio: float) -> list[float]:
     return _capped([1.0 - now] + [p * scale for p in probs[1:]])
 
 
-def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, drift: "answer_drift.Drift | None",
+def rest_weight(drift: answer_drift.Drift | None, weight: float = PRIOR_WEIGHT) -> float:
+    """The prior's pseudo-observations in rest_posterior: the drift's measured weight where it has
+    one (it replaces `weight`), else `weight`."""
+    return drift.weight if drift is not None and drift.weight is not None else weight
+
+
+def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, drift: answer_drift.Drift | None,
                    weight: float = PRIOR_WEIGHT) -> list[float]:
     """The posterior for an answer's rest (module docstring): the opening's posterior (the prior
-    weighted as the drift measured, else `weight`), drifted by the measured ratio, as a prior as
-    strong as what backs it, updated with the rest's evidence. Without a drift the rest is taken
-    as the opening: the prior pooled with all the evidence."""
+    worth rest_weight), drifted by the measured ratio, as a prior as strong as what backs it,
+    updated with the rest's evidence. Without a drift the rest is taken as the opening: the prior
+    pooled with all the evidence."""
     if drift is None:
         return pooled(prior, opening.add(rest), weight)
-    if drift.weight is not None:
-        weight = drift.weight
+    weight = rest_weight(drift, weight)
     weights = [weight + (opening.trials[k] if k < len(opening.trials) else 0.0) for k in range(len(prior))]
     return _updated(drifted(pooled(prior, opening, weight), drift.ratio), rest, weights)
 
@@ -297,7 +306,8 @@ class Learner:
         accepts = (self.run.accepts + [0.0] * width)[:width]
         return {"prior": list(self.start), "posterior": self.posterior,
                 "observed": [(int(a), int(t)) for a, t in zip(accepts, trials)],
-                "positions": int(self.run.nodes), "weight": self.weight,
+                "positions": int(self.run.nodes),
+                "weight": rest_weight(self.drift, self.weight) if self.past_opening else self.weight,
                 "drift": ({"ratio": self.drift.ratio, "prior_weight": self.drift.weight, "opening": self.opening,
                            "applied": self.past_opening}
                           if self.drift is not None else None)}

@@ -30,6 +30,10 @@ def _answers(rates, rest_of, n=320, seed=0):
 
 
 def test_the_prior_weight_follows_how_much_an_opening_tells_its_rest():
+    assert dynamics.opening_counts([1, 1, 0, 1, 1, 1, 1]) == (1, 7)   # every position a trial
+    # a chain drafting 3: [1 1 0] a step with 2 accepts and a miss; [1 1 1] a full step (its bonus is
+    # position 6, no trial); [1] a last step cut by the answer's end
+    assert dynamics.opening_counts([1, 1, 0, 1, 1, 1, 1, 1], 3) == (1, 7)
     rates = [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.3, 0.2]
     # the rest keeps its opening's rate (halved): the opening tells all, the prior should count little
     telling = _answers(rates, lambda r: r / 2)
@@ -58,8 +62,14 @@ def test_reweighing_recovers_the_opening_and_predicts_as_the_learner_would():
         want = learning.rest_posterior(start, opening, learning.Evidence(), Drift(ratio, other))[0]
         assert reweigh.reweighed(row, other) == pytest.approx(reweigh.chain_yield(want, 6) / 4.0 - 1, rel=1e-3)
         assert reweigh.reweighed(row, None) == pytest.approx(reweigh.chain_yield(post[0], 6) / 4.0 - 1)
-    row["frozen_tree"] = {"nodes": 3, "parents": [-1, 0, 0]}   # not a chain: rank 1 does not decide it
-    assert reweigh.reweighed(row, 32.0) is None
+    row["rest_prior_weight"], row["rest_over_opening"] = 0.0, 0.65   # a measured weight of 0 is a weight
+    row["posterior"] = learning.rest_posterior(start, opening, learning.Evidence(), Drift(0.65, 0.0))
+    want = learning.rest_posterior(start, opening, learning.Evidence(), Drift(0.65, 64.0))[0]
+    assert reweigh.reweighed(row, 64.0) == pytest.approx(reweigh.chain_yield(want, 6) / 4.0 - 1, rel=1e-3)
+    # what it cannot recover: a posterior no opening gives, stored evidence in the start, not a chain
+    assert reweigh.reweighed({**row, "posterior": [0.9999]}, 32.0) is None
+    assert reweigh.reweighed({**row, "positions_behind_posterior": {"this_run": 35, "stored": 100}}, 32.0) is None
+    assert reweigh.reweighed({**row, "frozen_tree": {"nodes": 3, "parents": [-1, 0, 0]}}, 32.0) is None
 
 
 @pytest.mark.parametrize("check", ["learning-check-weight-avx512.json", "learning-check-drift-avx2.json"])
@@ -69,3 +79,17 @@ def test_the_committed_checks_rows_predict_their_chains_from_their_posteriors(ch
     runs = json.loads((ROOT / "bench" / check).read_text())["learning_check"]["runs"]
     for row in runs:
         assert reweigh.reweighed(row, None) == pytest.approx(row["error"], abs=1e-9), row["prompt"]
+
+
+def test_the_shipped_drift_is_what_the_learner_gets():
+    """assets/measured/answer-drift.json as engine/answer_drift.py serves it to a run of the embedded
+    pair: each domain's 320-token ratio with the weight the grid's least error picked."""
+    from engine import answer_drift
+    obj = json.loads(answer_drift.SHIPPED.read_text())
+    for name, entry in obj["domains"].items():
+        rmse = {float(w): e for w, e in entry["prior_weight_loo_rmse"].items()}
+        assert sorted(rmse) == [float(w) for w in dynamics.WEIGHTS]
+        assert entry["prior_weight"] == min(rmse, key=rmse.get), name
+        got = answer_drift.drift_for(obj["draft"], obj["target"], name, 320)
+        assert got == answer_drift.Drift(pytest.approx(entry["by_horizon"]["320"]["rest_over_opening"]),
+                                         float(entry["prior_weight"])), name

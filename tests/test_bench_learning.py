@@ -97,14 +97,14 @@ def _drift_asset(monkeypatch, tmp_path, pair, ratio=0.5, weight=40):
     boundary and horizon rules included); the tiny pair plans with the pooled vector, so the
     wrapper looks the drift up as code's. Returns the calls drift_for got."""
     from engine import answer_drift
-    path = tmp_path / "drift.json"
-    path.write_text(json.dumps({"draft": pair.draft_name, "target": pair.target_name, "domains": {"code": {
+    asset = tmp_path / "drift.json"
+    asset.write_text(json.dumps({"draft": pair.draft_name, "target": pair.target_name, "domains": {"code": {
         "rest_over_opening": ratio, "ci95": [ratio - 0.1, ratio + 0.1], "prior_weight": weight}}}))
     real, calls = answer_drift.drift_for, []
 
-    def drift_for(draft, target, domain, horizon=None, opening=None, path_=None):
+    def drift_for(draft, target, domain, horizon=None, opening=None):
         calls.append(dict(domain=domain, horizon=horizon, opening=opening))
-        return real(draft, target, "code", horizon, opening, path=path)
+        return real(draft, target, "code", horizon, opening, path=asset)
     monkeypatch.setattr(answer_drift, "drift_for", drift_for)
     return calls
 
@@ -165,7 +165,9 @@ def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_p
     want = spec.tree.expected_tokens(learning.rest_posterior(START, head, learning.Evidence(),
                                                         answer_drift.Drift(0.6, 48.0)))
     assert r["rest_predicted_tokens_per_step"] == pytest.approx(want)
-    assert info["learned_by_domain"]["prose"]["positions"] == r["evidence"].nodes
+    assert (r["rest_over_opening"], r["rest_prior_weight"]) == (0.6, 48)
+    # as a Learner with a drift: only the opening's evidence is stored (the next start is an opening rate)
+    assert info["learned_by_domain"]["prose"]["positions"] == head.nodes < r["evidence"].nodes
 
 
 def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):

@@ -292,10 +292,9 @@ def test_answer_drift_applies_only_where_measured_and_clear(tmp_path):
     assert answer_drift.drift_for("d", "t", "code", path=tmp_path / "missing.json") is None
 
 
-def test_the_shipped_drift_has_a_measured_weight_per_domain():
-    """The asset bench/acceptance_dynamics.py wrote: each domain's weight is the grid's least-error one."""
-    from engine import answer_drift
-    obj = json.loads(answer_drift.SHIPPED.read_text())
-    for name, entry in obj["domains"].items():
-        rmse = {float(w): e for w, e in entry["prior_weight_loo_rmse"].items()}
-        assert entry["prior_weight"] == min(rmse, key=rmse.get), name
+def test_the_learners_state_reports_the_weight_in_use():
+    from engine.answer_drift import Drift
+    learner = learning.Learner([0.7, 0.1], drift=Drift(0.5, 96.0), opening=4)
+    assert learner.state()["weight"] == learning.PRIOR_WEIGHT   # the opening pools as always
+    learner.observe(_event([-1, 0, 1, 2, 3], {0: 1, 1: 1, 2: 1, 3: 1}))
+    assert learner.past_opening and learner.state()["weight"] == 96.0
