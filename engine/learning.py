@@ -61,6 +61,10 @@ PRIOR_WEIGHT = 32.0   # pseudo-observations per rank the prior counts for
 STORED_CAP = 2048.0   # stored evidence keeps at most this many rank-1 trials (older ones fade)
 MAX_TOTAL = 0.999     # a pooled vector's sum is scaled down to this when it exceeds 1
 MIN_CHANGE = 0.01     # re-plan when some rank of the posterior moved by more than this
+# Stored evidence format: 2 = where a drift applies only the opening is stored (Learner.record,
+# bench._learn). Files before it hold whole runs, rests included, which would make every start
+# look like an answer's easier rest: they are ignored (the evidence re-accumulates).
+STORED_FORMAT = 2
 
 
 # ---------------------------------------------------------------- evidence
@@ -204,10 +208,15 @@ def learned_path(key: str) -> Path:
 
 
 def load(key: str) -> Evidence:
-    """The evidence stored for this acceptance key (empty when none or unreadable)."""
+    """The evidence stored for this acceptance key (empty when none, unreadable, or stored in a
+    format before STORED_FORMAT)."""
     path = learned_path(key)
     try:
-        return Evidence.from_dict(json.loads(path.read_text()))
+        obj = json.loads(path.read_text())
+        if obj.get("format", 1) < STORED_FORMAT:
+            log.info("ignoring learned acceptance %s: stored before runs kept their answer's rest out of it", path)
+            return Evidence()
+        return Evidence.from_dict(obj)
     except FileNotFoundError:
         return Evidence()
     except (OSError, ValueError, TypeError) as exc:
@@ -218,7 +227,8 @@ def load(key: str) -> Evidence:
 def save(key: str, evidence: Evidence, meta: dict | None = None, prior: list[float] | None = None) -> Path:
     path = learned_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    obj = {**(meta or {}), **evidence.to_dict(), "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    obj = {**(meta or {}), **evidence.to_dict(), "format": STORED_FORMAT,
+           "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "pooling": f"posterior[k] = ({PRIOR_WEIGHT:g} * prior[k] + accepts[k]) / ({PRIOR_WEIGHT:g} + trials[k])"}
     if prior is not None:
         obj["prior"] = list(prior)

@@ -298,3 +298,16 @@ def test_the_learners_state_reports_the_weight_in_use():
     assert learner.state()["weight"] == learning.PRIOR_WEIGHT   # the opening pools as always
     learner.observe(_event([-1, 0, 1, 2, 3], {0: 1, 1: 1, 2: 1, 3: 1}))
     assert learner.past_opening and learner.state()["weight"] == 96.0
+
+
+def test_evidence_stored_before_the_rest_was_kept_out_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    stored = learning.record("k", learning.Evidence([10.0], [8.0], 10.0))
+    assert learning.load("k").nodes == stored.nodes == 10
+    path = learning.learned_path("k")
+    obj = json.loads(path.read_text())
+    assert obj["format"] == learning.STORED_FORMAT
+    del obj["format"]   # as files of earlier versions: whole runs, rests included
+    path.write_text(json.dumps(obj))
+    assert learning.load("k").nodes == 0
+    assert learning.record("k", learning.Evidence([5.0], [4.0], 5.0)).nodes == 5   # starts afresh
