@@ -306,7 +306,7 @@ def lane_result(pair: ModelPair, lane: Lane) -> dict:
     return {"tokens": last.total_tokens, "steps": last.total_steps, "seconds": decode,
             "step_tokens": step_tokens, "truncated_tokens": step_tokens - sum(len(e.new_token_ids) for e in steps),
             "step_yields": yields,
-            "evidence": learning.events_evidence(steps), "events": steps,
+            "events": steps,
             "prefill_seconds": last.prefill_seconds, "draft_seconds": draft, "verify_seconds": verify,
             "other_seconds": max(decode - draft - verify, 0.0),
             "engine_other_seconds": sum(e.other_seconds for e in events),
@@ -450,7 +450,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
            "learning_check": check, "warmup": warmups,
            "started_at": started, "wall_seconds": time.perf_counter() - wall0,
            "definitions": DEFINITIONS,
-           "runs": [{k: v for k, v in r.items() if k not in ("token_ids", "evidence", "events")} for r in runs]}
+           "runs": [{k: v for k, v in r.items() if k not in ("token_ids", "events")} for r in runs]}
     return out
 
 
@@ -546,9 +546,12 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
         r.update(rest)
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "sampler": "greedy" if settings.greedy else "sequoia"}
-    # as Learner.record: with a drift only the opening is stored (the next start is an opening rate)
-    run = learning.events_evidence(split_at(events)[0]) if drift is not None else r["evidence"]
-    stored = learning.record(key, run, meta, vec.probabilities)
+    # the run's tree stayed fixed; a Learner only sorts its evidence into opening and rest and
+    # stores what a Live run with the same drift would (Learner.record)
+    learner = learning.Learner(start, key, meta, base=vec.probabilities, drift=drift)
+    for e in events:
+        learner.observe(e)
+    stored = learner.record()
     info.setdefault("learned_by_domain", {})[domain or "pooled"] = {"key": key, "positions": int(stored.nodes),
                                                                     "runs": stored.runs}
     info["learned"] = info["learned_by_domain"][domain or "pooled"]

@@ -157,7 +157,7 @@ def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_p
     spec = bench.MethodSpec("chain", methods.chain(4), width=1)
     events = list(generate(pair, encode_prompt(pair, "def f", None), spec.method, settings))
     steps = [e for e in events if e.nodes]
-    r = {"events": steps, "evidence": learning.events_evidence(steps)}
+    r = {"events": steps}
     vec, info = _vec(pair), {}
     bench._learn(pair, _config(learn=True), settings, spec, r, vec, info, domain="prose")
     assert calls == [dict(domain="prose", horizon=96, opening=None)]
@@ -167,7 +167,7 @@ def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_p
     assert r["rest_predicted_tokens_per_step"] == pytest.approx(want)
     assert (r["rest_over_opening"], r["rest_prior_weight"]) == (0.6, 48)
     # as a Learner with a drift: only the opening's evidence is stored (the next start is an opening rate)
-    assert info["learned_by_domain"]["prose"]["positions"] == head.nodes < r["evidence"].nodes
+    assert info["learned_by_domain"]["prose"]["positions"] == head.nodes < learning.events_evidence(steps).nodes
 
 
 def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):
