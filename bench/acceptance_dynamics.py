@@ -2,13 +2,17 @@
 
     .venv/bin/python bench/acceptance_dynamics.py [--ranks bench/acceptance-ranks.json]
     .venv/bin/python bench/acceptance_dynamics.py --tokens 320 --ranks bench/acceptance-ranks-320.json \
-        --drift-out assets/measured/answer-drift.json
+        --drift-out assets/measured/answer-drift.json          # measured with the int8 draft (AVX2)
+    .venv/bin/python bench/acceptance_dynamics.py --tokens 320 --ranks bench/acceptance-ranks-320-nf4.json \
+        --drift-out assets/measured/answer-drift-nf4.json      # with the NF4 draft (AVX512-BF16)
 
 Part 1 (about 10 minutes on the 2-core CPU; skipped when --ranks names an existing file): for each
 of the 24 prompts of assets/measurement-prompts.json, the target's greedy answer (128 tokens,
 decoded with chain(4): the same text) and, at every answer position, the rank of the target's
 token among the draft's 16 most likely (0: not among them), from one causal forward of each
-model (engine.replay._logits, the int8 draft one row at a time). Saved to --ranks.
+model (engine.replay._logits; the draft on the kernels this machine gives it: int8 one row at a
+time, or NF4 on an AVX512-BF16 CPU). Saved to --ranks with those kernels (profiler.draft_kernels);
+engine/answer_drift.py serves each run the asset measured with its own draft kernels.
 
 Part 2 (instant): from those ranks,
 - rank-1 agreement overall, in the first 64 positions and after them, and after a hit / a miss
@@ -22,7 +26,8 @@ Part 2 (instant): from those ranks,
   mean includes the prompt's own answer (one of 12), so w > 0 leans slightly towards it; at
   w = 0 the prediction uses the first 64 positions alone.
 
-Part 3 (answers longer than 128 tokens only; `--tokens 320` takes about 35 minutes for part 1):
+Part 3 (answers longer than 128 tokens only; `--tokens 320` takes about 35 minutes for part 1
+with the int8 draft, 60 with NF4):
 rank-1 misses per 64-position window, the rest/opening miss ratio engine/answer_drift.py applies
 (with a 95 % interval from resampling prompts), the prior's weight against an answer's opening
 (of WEIGHTS, the least leave-one-prompt-out error predicting each rest from its opening; also
@@ -49,6 +54,7 @@ def measure_ranks(path: Path, tokens: int = 128) -> None:
     from engine import methods, sampling
     from engine.decoding import fit_vocab, generate_ids
     from engine.models import encode_prompt, load_pair
+    from engine.profiler import draft_kernels
     from engine.replay import _logits
     from engine.settings import Settings
     pair = load_pair()
@@ -68,7 +74,18 @@ def measure_ranks(path: Path, tokens: int = 128) -> None:
             ranks.append(0 if verdict.accepted is None else verdict.accepted + 1)
         out.append({"domain": item["kind"], "ranks": ranks})
         print(i, item["kind"], len(ranks), sum(r == 1 for r in ranks) / max(1, len(ranks)), flush=True)
-    path.write_text(json.dumps(out))
+    path.write_text(json.dumps({"draft_kernels": draft_kernels(pair), "answers": out}))
+
+
+# The ranks files written before they recorded their draft kernels (bench/acceptance-ranks*.json,
+# a bare list) were all measured with the int8 draft, on an AVX2-only EPYC.
+LEGACY_KERNELS = "fast"
+
+
+def load_ranks(path: Path) -> tuple[list[dict], str]:
+    """(answers, the draft kernels they were measured with) from a --ranks file."""
+    obj = json.loads(path.read_text())
+    return (obj, LEGACY_KERNELS) if isinstance(obj, list) else (obj["answers"], obj["draft_kernels"])
 
 
 def chain_walk(ranks: list[int], drafted: int) -> tuple[int, int]:
@@ -203,8 +220,11 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
             walked = {w: loo_rmse(rs, w, opening, drafted) for w in WEIGHTS}
             print(f"    with the opening's rank-1 trials as a chain drafting {drafted} records them: " + ", ".join(
                 f"{w}: {e:.4f}" for w, e in walked.items()) + f" -> {min(WEIGHTS, key=walked.get)}")
+        openings, rests = [1 - miss([x], 0, opening) for x in rs], [1 - miss([x], opening) for x in rs]
+        print(f"  rank-1 rate per answer: opening sd {statistics.pstdev(openings):.3f}, rest sd "
+              f"{statistics.pstdev(rests):.3f}, correlation {statistics.correlation(openings, rests):.2f}")
         nested = [best_weight(rs[:i] + rs[i + 1:], opening) for i in range(len(rs))]  # no answer picks its own
-        for levels in (4, 5):
+        for levels in (4, 5, 8):   # 8: the 8-node chain the hardware-aware plan picks for code on an AVX512 EPYC
             plain, drift, weighted = [], [], []
             for i, x in enumerate(rs):
                 others = rs[:i] + rs[i + 1:]
@@ -215,8 +235,12 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
                 for errs, w in ((drift, 32), (weighted, nested[i])):
                     rest = 1 - predicted_rest_miss(x, others, w, opening, prior_span)
                     errs.append(sum(rest ** j for j in range(levels)) / actual - 1)
+            # the rest's own rank-1 rate, which no opening gives: what is left is the positional
+            # model's error, so the rows above minus this one are the error of predicting the rate
+            oracle = [sum((1 - miss([x], opening)) ** j for j in range(levels)) / chain_yield(x[opening:], levels - 1) - 1
+                      for x in rs]
             for name, errs in (("pooled", plain), ("pooled + ratio", drift),
-                               ("pooled + ratio, measured weight", weighted)):
+                               ("pooled + ratio, measured weight", weighted), ("oracle: the rest's own rate", oracle)):
                 print(f"  learning check mimicked, {levels}-level chain, {name}: "
                       + " ".join(f"{e:+.0%}" for e in errs)
                       + f" | mean {statistics.mean(errs):+.1%}, within 10 %: {sum(abs(e) <= .1 for e in errs)}"
@@ -231,13 +255,13 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
     return out
 
 
-def write_drift(path: Path, drift: dict, ranks: Path, measured_at: str) -> None:
+def write_drift(path: Path, drift: dict, ranks: Path, measured_at: str, kernels: str) -> None:
     """The asset engine/answer_drift.py reads: the embedded pair's names, each domain's ratio with
     its interval and whether the stated rule applies it, and where it came from."""
     import platform
 
     from engine import answer_drift, embedded, profiler
-    obj = {"draft": embedded.DRAFT.folder_name, "target": embedded.TARGET.folder_name,
+    obj = {"draft": embedded.DRAFT.folder_name, "target": embedded.TARGET.folder_name, "draft_kernels": kernels,
            "definition": "rest_over_opening = P(rank 1 missed) over answer positions opening.. / over 0..opening, "
                          "the target's greedy answers (ignore_eos) to assets/measurement-prompts.json; "
                          "ci95: 2,000 bootstrap resamples of the prompts; prior_weight: of "
@@ -267,7 +291,8 @@ def main() -> int:
     if not args.ranks.exists():
         measure_ranks(args.ranks, args.tokens)
         measured_at = measured_at or time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    data = json.loads(args.ranks.read_text())
+    data, kernels = load_ranks(args.ranks)
+    print(f"ranks measured with the draft on {kernels} kernels")
     analyse(data)
     drift = analyse_drift(data)
     if drift and args.drift_out:
@@ -275,7 +300,7 @@ def main() -> int:
             measured_at = json.loads(args.drift_out.read_text()).get("measured_at")
         if measured_at is None:
             raise SystemExit("--measured-at is needed: when were the ranks in --ranks measured?")
-        write_drift(args.drift_out, drift, args.ranks, measured_at)
+        write_drift(args.drift_out, drift, args.ranks, measured_at, kernels)
     return 0
 
 

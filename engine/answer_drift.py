@@ -21,6 +21,11 @@ at T = 0 is used (what drifts is the draft's agreement with the target; the held
 check tests it at T = 0.7). The measurement does not record where an answer's own EOS fell, so a
 run that stops at EOS may have a slightly harder rest than the ratio says.
 
+The draft's numerics (int8 on an AVX2 CPU, NF4 with bfloat16 activations on AVX512-BF16) change
+how it agrees with the target, so each asset says which draft kernels measured it
+(`draft_kernels`, profiler.draft_kernels): answer-drift.json the int8 draft's, answer-drift-nf4.json
+the NF4 draft's. A run takes the asset of its own draft kernels, else the pair's int8 one.
+
 How much one answer's opening tells its rest is measured too: the rest's prediction pools the
 opening's evidence with the prior as if the prior were `weight` observations (a domain's
 `prior_weight`: of a grid of weights, the one whose leave-one-prompt-out prediction of each
@@ -40,7 +45,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "measured" / "answer-drift.json"
+MEASURED = Path(__file__).resolve().parents[1] / "assets" / "measured"
+SHIPPED = MEASURED / "answer-drift.json"   # the int8 draft's ("fast" kernels): the fallback for other kernels
 OPENING = 64  # generated tokens: an answer's opening
 
 
@@ -49,6 +55,12 @@ class Drift:
     """What the learner needs to predict an answer's rest from its opening (module docstring)."""
     ratio: float              # rest/opening P(rank 1 missed)
     weight: float | None      # the prior's pseudo-observations against the opening; None: the learner's default
+    draft_kernels: str | None = None   # the draft kernels it was measured with (profiler.draft_kernels)
+
+
+def shipped() -> list[Path]:
+    """The shipped drift assets, one per draft kernels measured (SHIPPED first)."""
+    return [SHIPPED] + sorted(p for p in MEASURED.glob("answer-drift-*.json") if p != SHIPPED)
 
 
 @lru_cache(maxsize=4)
@@ -93,13 +105,24 @@ def _weight(domain_entry: dict) -> float | None:
     return float(w) if isinstance(w, (int, float)) and math.isfinite(w) and w >= 0 else None
 
 
+def asset_for(draft: str, target: str, draft_kernels: str | None = None, path: Path | None = None) -> dict:
+    """The drift asset measured for this pair with the run's draft kernels; else the first shipped
+    one for the pair (the draft's numerics move its agreement with the target, and with it the
+    drift, a little: a measured neighbour beats none); {} when none is for the pair. `path`: that
+    file only."""
+    objs = [o for o in map(_load, [path] if path else shipped())
+            if o.get("draft") == draft and o.get("target") == target]
+    exact = [o for o in objs if o.get("draft_kernels") == draft_kernels]
+    return (exact or objs or [{}])[0]
+
+
 def drift_for(draft: str, target: str, domain: str | None, horizon: int | None = None,
-              opening: int | None = None, path: Path | None = None) -> Drift | None:
-    """The drift for this pair, prompt domain and horizon, or None where none applies: a run that
-    never passes the opening has no rest, and the ratios were measured for a 64-token opening
-    (another boundary gets none)."""
-    obj = _load(path or SHIPPED)
-    if not domain or obj.get("draft") != draft or obj.get("target") != target or opening not in (None, OPENING):
+              opening: int | None = None, path: Path | None = None, draft_kernels: str | None = None) -> Drift | None:
+    """The drift for this pair (and draft kernels, asset_for), prompt domain and horizon, or None
+    where none applies: a run that never passes the opening has no rest, and the ratios were
+    measured for a 64-token opening (another boundary gets none)."""
+    obj = asset_for(draft, target, draft_kernels, path)
+    if not domain or not obj or opening not in (None, OPENING):
         return None
     if horizon is not None and horizon <= OPENING:
         return None
@@ -107,4 +130,4 @@ def drift_for(draft: str, target: str, domain: str | None, horizon: int | None =
     if not isinstance(domain_entry, dict):
         return None
     entry = entry_for(domain_entry, horizon)
-    return Drift(_ratio(entry), _weight(domain_entry)) if applies(entry) else None
+    return Drift(_ratio(entry), _weight(domain_entry), obj.get("draft_kernels")) if applies(entry) else None

@@ -540,7 +540,8 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
         return
     key = learning_key(pair, settings, domain=domain)
     start = learning.with_stored(vec, learning.load(key)).probabilities
-    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens)
+    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens,
+                                   draft_kernels=profiler.draft_kernels(pair))
     rest = rest_of_run(events, spec.tree, start, drift=drift)
     if rest is not None:
         r.update(rest)
@@ -572,7 +573,9 @@ DEFINITIONS = {
                   "engine/answer_drift.py) over the rest's observed tokens/step, minus 1",
     "learning_check": "--learning-check: per temperature and prompt kind, F(frozen tree) under the posterior at the "
                       "first step boundary at or after learning_check_after tokens over the rest's observed "
-                      "tokens/step (counted as tokens_per_step), minus 1 (engine/bench_learning.py)",
+                      "tokens/step (counted as tokens_per_step), minus 1 (engine/bench_learning.py); "
+                      "observed_interval_95: the rest's own 95 % interval (block bootstrap over its steps, "
+                      "yield_interval), how far one answer's rest falls from its expectation by chance",
     "observed_costs": "machine.observed_costs: t(n)/t(1) and the draft's seconds per level over t(1) read off this "
                       "run's interleaved lanes (verify seconds per step by tree size; chains' draft seconds per "
                       "level), beside the device profile's",
@@ -819,8 +822,13 @@ def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER
     if not rest:
         return None
     post = learning.rest_posterior(start, learning.events_evidence(head), learning.Evidence(), drift)
-    observed = sum(step_yield(x) for x in rest) / len(rest)
+    yields = [step_yield(x) for x in rest]
+    observed = sum(yields) / len(yields)
     predicted = tree.expected_tokens(post)
+    # How far the rest's own tokens/step could fall from its expectation by chance (one answer,
+    # one draw of the text): a prediction that misses by less is indistinguishable from right.
     return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,
+            "rest_observed_interval_95": yield_interval([yields]), "rest_step_yields": yields,
             "rest_predicted_tokens_per_step": predicted, "rest_error": predicted / observed - 1,
-            "rest_over_opening": drift.ratio if drift else None, "rest_prior_weight": drift.weight if drift else None}
+            "rest_over_opening": drift.ratio if drift else None, "rest_prior_weight": drift.weight if drift else None,
+            "rest_drift_kernels": drift.draft_kernels if drift else None}

@@ -15,7 +15,11 @@ engine/prompts.py, when the bench's prompts have none of it), one run each:
   tokens/step = tree.expected_tokens(posterior). From then on the tree is FROZEN: the Replanner is not asked
   again, so the prediction is about the tree that actually runs;
 - observed = the rest's step yields over its steps, by bench.rest_of_run (the same boundary; a last
-  step cut by max-new-tokens counts its full verified yield, bench.step_yield: the issue 15 fix).
+  step cut by max-new-tokens counts its full verified yield, bench.step_yield: the issue 15 fix),
+  with its own 95 % interval (block bootstrap over the rest's steps, bench.yield_interval): how far
+  one answer's rest falls from its expectation by chance. A long chain over a 256-token rest takes
+  ~50 steps of yields 1..9, so that interval is about +-15 %, wider than the goal's 10 %; a
+  prediction inside it cannot be told from a right one by this run.
 It runs after the bench's other lanes, and its evidence is stored (only with --learn) after all of
 its runs: every check run starts from the same store, and no other lane of the run sees it."""
 from __future__ import annotations
@@ -89,7 +93,8 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     row = {"method": result.spec.kind, "finish_reason": last.finish_reason, "tokens": last.total_tokens,
            "steps": last.total_steps, "seconds": time.perf_counter() - t0, "frozen": bool(frozen),
            "replans": replan.replans, "start_source": result.acceptance.source,
-           "acceptance_domain": result.domain or "pooled", "rest_over_opening": None, "rest_prior_weight": None}
+           "acceptance_domain": result.domain or "pooled", "rest_over_opening": None, "rest_prior_weight": None,
+           "rest_drift_kernels": None}
     rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after, learner.drift) if frozen else None
     if rest is None:
         row.update(error=None, note=("no learning: the plan drafts nothing" if learner is None else
@@ -109,8 +114,10 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     row.update(tokens_before=frozen["tokens"], steps_before=len(steps) - n, tokens_after=kept, steps_after=n,
                truncated_tokens_after=sum(bench.step_yield(e) for e in tail) - kept,
                predicted_tokens_per_step=predicted, observed_tokens_per_step=observed,
+               observed_interval_95=rest["rest_observed_interval_95"], step_yields_after=rest["rest_step_yields"],
                error=predicted / observed - 1, positions_behind_posterior=positions,
                rest_over_opening=rest["rest_over_opening"], rest_prior_weight=rest["rest_prior_weight"],
+               rest_drift_kernels=rest["rest_drift_kernels"],
                posterior=frozen["posterior"], replans_before_freeze=frozen["replans"],
                replans_after_freeze=replan.replans - frozen["replans"],
                tree_changes_after_freeze=sum(a != b for a, b in zip(trees, trees[1:])),
@@ -168,22 +175,41 @@ def format_check(check: dict | None) -> str:
                      f"({r['replans_before_freeze']} re-plans), {r['tokens_after']} tok / {r['steps_after']} "
                      f"steps after "
                      f"({r['truncated_tokens_after']} cut); predicted {r['predicted_tokens_per_step']:.2f}, observed "
-                     f"{r['observed_tokens_per_step']:.2f} tok/step ({r['error']:+.1%}); posterior from {p['total']} "
+                     f"{r['observed_tokens_per_step']:.2f}{_interval(r)} tok/step ({r['error']:+.1%}); "
+                     f"posterior from {p['total']} "
                      f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run"
                      + (f", drifted to the rest by {r['rest_over_opening']:.3f}" if r.get("rest_over_opening") else "")
                      + (f", prior worth {r['rest_prior_weight']:g}" if r.get("rest_prior_weight") is not None else "")
+                     + (f", drift measured on {r['rest_drift_kernels']} draft kernels"
+                        if r.get("rest_drift_kernels") else "")
                      + "); "
                      f"re-plans after the freeze {r['replans_after_freeze']}")
     lines += _tallies(groups)
     return "\n".join(lines)
 
 
+def _interval(row: dict) -> str:
+    """' (95 % a-b)': the rest's own interval, where the row has one."""
+    ci = row.get("observed_interval_95")
+    return f" (95 % {ci[0]:.2f}-{ci[1]:.2f})" if ci else ""
+
+
+def inside_interval(row: dict) -> bool | None:
+    """Whether the prediction lies inside the rest's own 95 % interval (None without one)."""
+    ci = row.get("observed_interval_95")
+    return None if not ci or row.get("error") is None else ci[0] <= row["predicted_tokens_per_step"] <= ci[1]
+
+
 def _tallies(groups: dict[tuple[float, str], list[dict]]) -> list[str]:
-    """Per temperature with more than one run of a kind: how many runs of each kind met the goal."""
+    """Per temperature with more than one run of a kind: how many runs of each kind met the goal,
+    and how many predictions lay inside the rest's own 95 % interval."""
     out = []
     for t in sorted({t for t, _ in groups}):
         kinds = [(kind, groups[(t, kind)]) for kind in KINDS if (t, kind) in groups]
         if max((len(rs) for _, rs in kinds), default=0) > 1:
             out.append(f"  T={t:g}: within 10 %: " + ", ".join(
-                f"{kind} {sum(bench_goals.learning_met(r['error']) for r in rs)} of {len(rs)}" for kind, rs in kinds))
+                f"{kind} {sum(bench_goals.learning_met(r['error']) for r in rs)} of {len(rs)}" for kind, rs in kinds)
+                + "; inside the rest's own 95 % interval: " + ", ".join(
+                f"{kind} {sum(inside_interval(r) is True for r in rs)} of "
+                f"{sum(inside_interval(r) is not None for r in rs)}" for kind, rs in kinds))
     return out

@@ -189,17 +189,18 @@ def rest_weight(drift: answer_drift.Drift | None, weight: float = PRIOR_WEIGHT) 
     return drift.weight if drift is not None and drift.weight is not None else weight
 
 
-def rest_posterior(prior: list[float], opening: Evidence, rest: Evidence, drift: answer_drift.Drift | None,
+def rest_posterior(prior: list[float], head: Evidence, rest: Evidence, drift: answer_drift.Drift | None,
                    weight: float = PRIOR_WEIGHT) -> list[float]:
-    """The posterior for an answer's rest (module docstring): the opening's posterior (the prior
-    worth rest_weight), drifted by the measured ratio, as a prior as strong as what backs it,
-    updated with the rest's evidence. Without a drift the rest is taken as the opening: the prior
-    pooled with all the evidence."""
+    """The posterior for an answer's rest (module docstring) from `head`, the evidence of its
+    opening (Learner.head; `opening` elsewhere is the opening's length in tokens), and `rest`, the
+    evidence since: the opening's posterior (the prior worth rest_weight), drifted by the measured
+    ratio, as a prior as strong as what backs it, updated with the rest's evidence. Without a drift
+    the rest is taken as the opening: the prior pooled with all the evidence."""
     if drift is None:
-        return pooled(prior, opening.add(rest), weight)
+        return pooled(prior, head.add(rest), weight)
     weight = rest_weight(drift, weight)
-    weights = [weight + (opening.trials[k] if k < len(opening.trials) else 0.0) for k in range(len(prior))]
-    return _updated(drifted(pooled(prior, opening, weight), drift.ratio), rest, weights)
+    weights = [weight + (head.trials[k] if k < len(head.trials) else 0.0) for k in range(len(prior))]
+    return _updated(drifted(pooled(prior, head, weight), drift.ratio), rest, weights)
 
 
 # ---------------------------------------------------------------- storage
@@ -319,7 +320,7 @@ class Learner:
                 "positions": int(self.run.nodes),
                 "weight": rest_weight(self.drift, self.weight) if self.past_opening else self.weight,
                 "drift": ({"ratio": self.drift.ratio, "prior_weight": self.drift.weight, "opening": self.opening,
-                           "applied": self.past_opening}
+                           "applied": self.past_opening, "draft_kernels": self.drift.draft_kernels}
                           if self.drift is not None else None)}
 
     def record(self) -> Evidence | None:

@@ -355,7 +355,8 @@ def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | N
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "top_k": settings.top_k, "sampler": "greedy" if settings.greedy else "sequoia",
             "draft_kernels": profiler.draft_kernels(pair), "domain": result.domain}
-    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, result.domain, settings.max_new_tokens, opening)
+    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, result.domain, settings.max_new_tokens, opening,
+                                   draft_kernels=meta["draft_kernels"])
     return learning.Learner(start, learning_key(pair, settings, domain=result.domain), meta,
                             base=list(base.probabilities) if base is not None else None, drift=drift,
                             opening=opening)

@@ -82,14 +82,44 @@ def test_the_committed_checks_rows_predict_their_chains_from_their_posteriors(ch
 
 
 def test_the_shipped_drift_is_what_the_learner_gets():
-    """assets/measured/answer-drift.json as engine/answer_drift.py serves it to a run of the embedded
-    pair: each domain's 320-token ratio with the weight the grid's least error picked."""
+    """Each assets/measured/answer-drift*.json as engine/answer_drift.py serves it to a run of the
+    embedded pair with the draft kernels it was measured with: each domain's 320-token ratio with the
+    weight the grid's least error picked."""
     from engine import answer_drift
-    obj = json.loads(answer_drift.SHIPPED.read_text())
-    for name, entry in obj["domains"].items():
-        rmse = {float(w): e for w, e in entry["prior_weight_loo_rmse"].items()}
-        assert sorted(rmse) == [float(w) for w in dynamics.WEIGHTS]
-        assert entry["prior_weight"] == min(rmse, key=rmse.get), name
-        got = answer_drift.drift_for(obj["draft"], obj["target"], name, 320)
-        assert got == answer_drift.Drift(pytest.approx(entry["by_horizon"]["320"]["rest_over_opening"]),
-                                         float(entry["prior_weight"])), name
+    kernels = []
+    for path in answer_drift.shipped():
+        obj = json.loads(path.read_text())
+        kernels.append(obj["draft_kernels"])
+        for name, entry in obj["domains"].items():
+            rmse = {float(w): e for w, e in entry["prior_weight_loo_rmse"].items()}
+            assert sorted(rmse) == [float(w) for w in dynamics.WEIGHTS]
+            assert entry["prior_weight"] == min(rmse, key=rmse.get), name
+            got = answer_drift.drift_for(obj["draft"], obj["target"], name, 320, draft_kernels=obj["draft_kernels"])
+            at = entry["by_horizon"]["320"]
+            assert at["applied"] == (at["ci95"][0] > 1 or at["ci95"][1] < 1)   # the stated rule, as written down
+            want = answer_drift.Drift(pytest.approx(at["rest_over_opening"]), float(entry["prior_weight"]),
+                                      obj["draft_kernels"])
+            assert got == (want if at["applied"] else None), name
+    assert kernels[0] == "fast" and len(set(kernels)) == len(kernels)   # the int8 draft's first; one per kernels
+
+
+def test_ranks_files_say_which_draft_kernels_measured_them(tmp_path):
+    legacy, new = tmp_path / "old.json", tmp_path / "new.json"
+    legacy.write_text(json.dumps([{"domain": "code", "ranks": [1, 0]}]))
+    new.write_text(json.dumps({"draft_kernels": "fast+nf4", "answers": [{"domain": "code", "ranks": [1]}]}))
+    assert dynamics.load_ranks(legacy) == ([{"domain": "code", "ranks": [1, 0]}], "fast")   # int8, before the field
+    assert dynamics.load_ranks(new) == ([{"domain": "code", "ranks": [1]}], "fast+nf4")
+
+
+def test_a_drift_asset_re_predicts_the_check_it_was_used_in():
+    """The check on the AVX512 EPYC ran with the int8 draft's asset (ratios 0.653 / 0.841, weights
+    64 / 128): re-predicting its rows with that asset gives each row's own error, and with no drift
+    (the rest taken as the opening) a different, lower one for the code chains."""
+    from engine import answer_drift
+    runs = json.loads((ROOT / "bench" / "learning-check-weight-avx512.json").read_text())["learning_check"]["runs"]
+    for row in runs:
+        drift = reweigh.drift_of_asset(answer_drift.SHIPPED, row)
+        assert (drift.ratio, drift.weight) == (row["rest_over_opening"], row["rest_prior_weight"])
+        assert reweigh.repredicted(row, drift) == pytest.approx(row["error"], abs=1e-9), row["prompt"]
+        if row["kind"] == "code":
+            assert reweigh.repredicted(row, None) < row["error"]   # the code rest is easier than its opening

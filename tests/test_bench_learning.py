@@ -90,6 +90,9 @@ def test_the_tree_is_frozen_at_the_boundary_and_predicted_from_the_posterior_the
         assert row["observed_tokens_per_step"] == pytest.approx(yields / len(rest))
         assert row["truncated_tokens_after"] == yields - row["tokens_after"]
         assert row["error"] == pytest.approx(row["predicted_tokens_per_step"] / row["observed_tokens_per_step"] - 1)
+        # the rest's own 95 % interval: a block bootstrap over exactly the rest's step yields
+        assert row["step_yields_after"] == [bench.step_yield(e) for e in rest]
+        assert row["observed_interval_95"] == bench.yield_interval([row["step_yields_after"]])
 
 
 def _drift_asset(monkeypatch, tmp_path, pair, ratio=0.5, weight=40):
@@ -102,9 +105,9 @@ def _drift_asset(monkeypatch, tmp_path, pair, ratio=0.5, weight=40):
         "rest_over_opening": ratio, "ci95": [ratio - 0.1, ratio + 0.1], "prior_weight": weight}}}))
     real, calls = answer_drift.drift_for, []
 
-    def drift_for(draft, target, domain, horizon=None, opening=None):
-        calls.append(dict(domain=domain, horizon=horizon, opening=opening))
-        return real(draft, target, "code", horizon, opening, path=asset)
+    def drift_for(draft, target, domain, horizon=None, opening=None, draft_kernels=None):
+        calls.append(dict(domain=domain, horizon=horizon, opening=opening, draft_kernels=draft_kernels))
+        return real(draft, target, "code", horizon, opening, path=asset, draft_kernels=draft_kernels)
     monkeypatch.setattr(answer_drift, "drift_for", drift_for)
     return calls
 
@@ -121,6 +124,7 @@ def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypat
     row = bench_learning.run_check(pair, PROMPTS[:1], _config(), {0.0: _vec(pair)}, None,
                                    say=lambda *_: None)["runs"][0]
     assert calls[-1]["opening"] == 8 and calls[-1]["horizon"] == 8 + 16   # the boundary and the 16 tokens after it
+    assert calls[-1]["draft_kernels"] == profiler.draft_kernels(pair)     # the asset measured with the run's draft
     steps = [e for e in runs[0] if e.nodes]
     head = learning.events_evidence(steps[:_boundary(steps, 8)])
     drift = answer_drift.Drift(0.5, 40.0)
@@ -160,7 +164,7 @@ def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_p
     r = {"events": steps}
     vec, info = _vec(pair), {}
     bench._learn(pair, _config(learn=True), settings, spec, r, vec, info, domain="prose")
-    assert calls == [dict(domain="prose", horizon=96, opening=None)]
+    assert calls == [dict(domain="prose", horizon=96, opening=None, draft_kernels=profiler.draft_kernels(pair))]
     head = learning.events_evidence(steps[:_boundary(steps, 64)])
     want = spec.tree.expected_tokens(learning.rest_posterior(START, head, learning.Evidence(),
                                                         answer_drift.Drift(0.6, 48.0)))
@@ -293,6 +297,13 @@ def test_more_check_prompts_per_kind_give_a_rate():
     check = {"after": 8, "tokens": 16, "frozen": "f", "storage": "s", "runs": runs}
     text = bench_learning.format_check(check)
     assert "up to 2 runs per temperature and kind" in text and "T=0: within 10 %: code 1 of 2, prose 0 of 1" in text
+    assert "inside the rest's own 95 % interval: code 0 of 0, prose 0 of 0" in text   # rows without intervals
+    runs[0]["observed_interval_95"], runs[1]["observed_interval_95"] = [1.9, 2.3], [2.1, 2.5]
+    text = bench_learning.format_check(check)
+    assert "inside the rest's own 95 % interval: code 1 of 2, prose 0 of 0" in text
+    assert "observed 2.00 (95 % 1.90-2.30) tok/step" in text and "observed 2.00 (95 % 2.10-2.50) tok/step" in text
+    assert bench_learning.inside_interval(runs[0]) and not bench_learning.inside_interval(runs[1])
+    assert bench_learning.inside_interval(runs[2]) is None
     goals = bench_goals.learning_check_goals(check)
     assert [g["goal"].split("(")[-1] for g in goals] == ["code: c1)", "code: c2)", "prose)"]
     assert [g["met"] for g in goals] == [True, False, False]

@@ -292,6 +292,31 @@ def test_answer_drift_applies_only_where_measured_and_clear(tmp_path):
     assert answer_drift.drift_for("d", "t", "code", path=tmp_path / "missing.json") is None
 
 
+def test_a_run_takes_the_drift_measured_with_its_own_draft_kernels(tmp_path, monkeypatch):
+    """One asset per draft kernels measured; a run gets its own kernels' asset, else the first
+    shipped one for the pair (SHIPPED: the int8 draft's), never another pair's."""
+    from engine import answer_drift
+
+    def asset(name, kernels, ratio, draft="d"):
+        (tmp_path / name).write_text(json.dumps({"draft": draft, "target": "t", "draft_kernels": kernels, "domains": {
+            "code": {"rest_over_opening": ratio, "ci95": [ratio - 0.1, ratio + 0.1], "prior_weight": 64}}}))
+    asset("answer-drift.json", "fast", 0.65)
+    asset("answer-drift-nf4.json", "fast+nf4", 0.8)
+    asset("answer-drift-other.json", "default", 0.5, draft="other")
+    monkeypatch.setattr(answer_drift, "MEASURED", tmp_path)
+    monkeypatch.setattr(answer_drift, "SHIPPED", tmp_path / "answer-drift.json")
+    assert answer_drift.shipped()[0] == tmp_path / "answer-drift.json" and len(answer_drift.shipped()) == 3
+    assert answer_drift.drift_for("d", "t", "code", draft_kernels="fast+nf4") == answer_drift.Drift(0.8, 64.0, "fast+nf4")
+    assert answer_drift.drift_for("d", "t", "code", draft_kernels="fast") == answer_drift.Drift(0.65, 64.0, "fast")
+    # kernels nobody measured (here the other pair's): the pair's first shipped asset, which says what it was
+    assert answer_drift.drift_for("d", "t", "code", draft_kernels="default") == answer_drift.Drift(0.65, 64.0, "fast")
+    assert answer_drift.drift_for("d", "t", "code") == answer_drift.Drift(0.65, 64.0, "fast")
+    assert answer_drift.drift_for("other", "t", "code", draft_kernels="fast").ratio == 0.5
+    assert answer_drift.drift_for("nobody", "t", "code", draft_kernels="fast") is None
+    learner = learning.Learner([0.7, 0.1], drift=answer_drift.Drift(0.8, 64.0, "fast+nf4"))
+    assert learner.state()["drift"]["draft_kernels"] == "fast+nf4"
+
+
 def test_the_learners_state_reports_the_weight_in_use():
     from engine.answer_drift import Drift
     learner = learning.Learner([0.7, 0.1], drift=Drift(0.5, 96.0), opening=4)
