@@ -30,21 +30,22 @@ def chain_yield(p: float, nodes: int) -> float:
 
 
 def recovered(row: dict) -> tuple[list[float], object] | None:
-    """(start vector, the opening's Evidence) behind a row's stored posterior; None where it cannot
-    be recovered: no drift, not a chain (rank 1 alone does not decide it), a start that is not a
-    shipped vector alone (stored evidence pooled in, interpolated), or a stored posterior no
-    opening gives."""
+    """(start vector, the opening's Evidence) behind a row's stored posterior (with the row's drift,
+    or pooled as the rest's without one); None where it cannot be recovered: not a chain (rank 1
+    alone does not decide it), a start that is not a shipped vector alone (stored evidence pooled
+    in, interpolated), or a stored posterior no opening gives."""
     from engine import learning
     from engine.answer_drift import Drift
     tree, behind = row["frozen_tree"], row["positions_behind_posterior"]
-    if not row.get("rest_over_opening") or tree["parents"] != list(range(-1, tree["nodes"] - 1)):
+    if tree["parents"] != list(range(-1, tree["nodes"] - 1)):
         return None
     source = ROOT / "assets/measured/acceptance" / Path(row["start_source"]).name
     if behind.get("stored") or not source.is_file():
         return None
     start = [float(x) for x in json.loads(source.read_text())["probabilities"]]
-    trials, ratio = float(behind["this_run"]), row["rest_over_opening"]
-    own = Drift(ratio, learning.PRIOR_WEIGHT if row.get("rest_prior_weight") is None else row["rest_prior_weight"])
+    trials, ratio = float(behind["this_run"]), row.get("rest_over_opening")
+    own = None if not ratio else Drift(ratio, learning.PRIOR_WEIGHT if row.get("rest_prior_weight") is None
+                                       else row["rest_prior_weight"])
 
     def rank1(accepts: float) -> float:
         return learning.rest_posterior(start, learning.Evidence([trials], [accepts], trials),
@@ -81,12 +82,13 @@ def reweighed(row: dict, weight: float | None) -> float | None:
     return repredicted(row, Drift(row["rest_over_opening"], own if weight is None else weight))
 
 
-def drift_of_asset(path: Path, row: dict):
-    """The Drift an asset gives a row (its domain, its run's length), None where none applies."""
+def drift_of_asset(path: Path, row: dict, check: dict):
+    """The Drift an asset gives a check's row (its domain, the check's boundary and run length, as
+    the run asked drift_for), None where none applies."""
     from engine import answer_drift
     obj = json.loads(path.read_text())
-    return answer_drift.drift_for(obj["draft"], obj["target"], row["kind"], row["tokens"], path=path,
-                                  draft_kernels=obj.get("draft_kernels"))
+    return answer_drift.drift_for(obj["draft"], obj["target"], row["kind"], check["after"] + check["tokens"],
+                                  check["after"], path=path, draft_kernels=obj.get("draft_kernels"))
 
 
 def _summary(label: str, runs: list[dict], error) -> str:
@@ -95,7 +97,7 @@ def _summary(label: str, runs: list[dict], error) -> str:
         e = error(r)
         if e is not None:
             errs.setdefault(r["kind"], []).append((r["temperature"], e))
-    parts = []
+    parts = [f"{sum(map(len, errs.values()))} of {len(runs)} rows recovered"]
     for kind, es in errs.items():
         rms = (sum(e * e for _, e in es) / len(es)) ** 0.5
         parts.append(f"{kind}: {sum(abs(e) <= 0.10 for _, e in es)}/{len(es)} within 10 %, RMS {rms:.1%} ("
@@ -110,11 +112,12 @@ def main() -> int:
     ap.add_argument("--drift", type=Path, action="append", default=[],
                     help="also re-predict with this drift asset's ratio and weight (assets/measured/answer-drift*.json)")
     args = ap.parse_args()
-    runs = json.loads(args.check.read_text())["learning_check"]["runs"]
+    check = json.loads(args.check.read_text())["learning_check"]
+    runs = check["runs"]
     for label, w in [("as run", None)] + [(f"w={x}", float(x)) for x in args.weights.split(",")]:
         print(_summary(label, runs, lambda r: reweighed(r, w)))
     for path in args.drift:
-        print(_summary(path.name, runs, lambda r: repredicted(r, drift_of_asset(path, r))))
+        print(_summary(path.name, runs, lambda r: repredicted(r, drift_of_asset(path, r, check))))
     return 0
 
 

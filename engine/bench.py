@@ -544,6 +544,7 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
                                    draft_kernels=profiler.draft_kernels(pair))
     rest = rest_of_run(events, spec.tree, start, drift=drift)
     if rest is not None:
+        rest.pop("rest_step_yields")   # the row's step_yields hold them
         r.update(rest)
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "sampler": "greedy" if settings.greedy else "sequoia"}
@@ -570,7 +571,9 @@ DEFINITIONS = {
     "learn": "config.learn: each run's censored acceptance outcomes were stored (engine/learning.py)",
     "rest_error": "learning check on runs longer than LEARN_AFTER tokens: F(tree) under the posterior after the "
                   "first LEARN_AFTER tokens (drifted to the rest of the answer where a measured ratio applies, "
-                  "engine/answer_drift.py) over the rest's observed tokens/step, minus 1",
+                  "engine/answer_drift.py) over the rest's observed tokens/step, minus 1; rest_drift_kernels: the "
+                  "draft kernels that drift was measured with; rest_observed_interval_95: the rest's own 95 % "
+                  "interval (yield_interval; None for 4 steps or fewer)",
     "learning_check": "--learning-check: per temperature and prompt kind, F(frozen tree) under the posterior at the "
                       "first step boundary at or after learning_check_after tokens over the rest's observed "
                       "tokens/step (counted as tokens_per_step), minus 1 (engine/bench_learning.py); "
@@ -825,8 +828,8 @@ def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER
     yields = [step_yield(x) for x in rest]
     observed = sum(yields) / len(yields)
     predicted = tree.expected_tokens(post)
-    # How far the rest's own tokens/step could fall from its expectation by chance (one answer,
-    # one draw of the text): a prediction that misses by less is indistinguishable from right.
+    # How far the rest's tokens/step could fall from its text's rate by the luck of its steps (one
+    # answer; engine/bench_learning.py says what this interval leaves out): a run's power to judge.
     return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,
             "rest_observed_interval_95": yield_interval([yields]), "rest_step_yields": yields,
             "rest_predicted_tokens_per_step": predicted, "rest_error": predicted / observed - 1,

@@ -16,10 +16,17 @@ engine/prompts.py, when the bench's prompts have none of it), one run each:
   again, so the prediction is about the tree that actually runs;
 - observed = the rest's step yields over its steps, by bench.rest_of_run (the same boundary; a last
   step cut by max-new-tokens counts its full verified yield, bench.step_yield: the issue 15 fix),
-  with its own 95 % interval (block bootstrap over the rest's steps, bench.yield_interval): how far
-  one answer's rest falls from its expectation by chance. A long chain over a 256-token rest takes
-  ~50 steps of yields 1..9, so that interval is about +-15 %, wider than the goal's 10 %; a
-  prediction inside it cannot be told from a right one by this run.
+  with its own 95 % interval (block bootstrap over the rest's steps in blocks of 4, bench.yield_interval):
+  how far the rest's tokens/step could fall from the rate of the text it ran on by the luck of the
+  steps, were that text a steady process (assumed: acceptance still drifts over 64-token windows,
+  and a dozen blocks make a percentile interval somewhat narrow). Over a 256-token rest it was
+  +-5 to 11 % in the check of bench/learning-check-nf4drift-avx512.txt (4- and 5-node chains,
+  55-87 steps; 3- and 4-node trees, 102-123 steps); a longer chain takes fewer, more varied steps
+  and gets a wider one. A prediction inside it is one this run has too little power to reject;
+  that is not the goal met. The interval holds nothing of the spread between answers (one
+  answer's rest rate against another's, bench.answer_interval), which is the larger part; at
+  T = 0 the text is fixed, so "luck" means the text's own arrangement, not a rerun. Across many
+  runs about 1 in 20 right predictions falls outside, and a bias shows as errors of one sign.
 It runs after the bench's other lanes, and its evidence is stored (only with --learn) after all of
 its runs: every check run starts from the same store, and no other lane of the run sees it."""
 from __future__ import annotations

@@ -66,6 +66,13 @@ def test_reweighing_recovers_the_opening_and_predicts_as_the_learner_would():
     row["posterior"] = learning.rest_posterior(start, opening, learning.Evidence(), Drift(0.65, 0.0))
     want = learning.rest_posterior(start, opening, learning.Evidence(), Drift(0.65, 64.0))[0]
     assert reweigh.reweighed(row, 64.0) == pytest.approx(reweigh.chain_yield(want, 6) / 4.0 - 1, rel=1e-3)
+    # a row that ran without a drift (the rest taken as the opening, pooled at learning.PRIOR_WEIGHT)
+    plain = {**row, "rest_over_opening": None, "rest_prior_weight": None,
+             "posterior": learning.rest_posterior(start, opening, learning.Evidence(), None)}
+    want = learning.rest_posterior(start, opening, learning.Evidence(), Drift(0.65, 64.0))[0]
+    assert reweigh.repredicted(plain, Drift(0.65, 64.0)) == pytest.approx(reweigh.chain_yield(want, 6) / 4.0 - 1,
+                                                                          rel=1e-3)
+    assert reweigh.reweighed(plain, 64.0) is None   # no ratio of its own to re-weigh
     # what it cannot recover: a posterior no opening gives, stored evidence in the start, not a chain
     assert reweigh.reweighed({**row, "posterior": [0.9999]}, 32.0) is None
     assert reweigh.reweighed({**row, "positions_behind_posterior": {"this_run": 35, "stored": 100}}, 32.0) is None
@@ -116,10 +123,26 @@ def test_a_drift_asset_re_predicts_the_check_it_was_used_in():
     64 / 128): re-predicting its rows with that asset gives each row's own error, and with no drift
     (the rest taken as the opening) a different, lower one for the code chains."""
     from engine import answer_drift
-    runs = json.loads((ROOT / "bench" / "learning-check-weight-avx512.json").read_text())["learning_check"]["runs"]
-    for row in runs:
-        drift = reweigh.drift_of_asset(answer_drift.SHIPPED, row)
+    check = json.loads((ROOT / "bench" / "learning-check-weight-avx512.json").read_text())["learning_check"]
+    for row in check["runs"]:
+        drift = reweigh.drift_of_asset(answer_drift.SHIPPED, row, check)
         assert (drift.ratio, drift.weight) == (row["rest_over_opening"], row["rest_prior_weight"])
         assert reweigh.repredicted(row, drift) == pytest.approx(row["error"], abs=1e-9), row["prompt"]
         if row["kind"] == "code":
             assert reweigh.repredicted(row, None) < row["error"]   # the code rest is easier than its opening
+
+
+@pytest.mark.parametrize("asset", ["answer-drift.json", "answer-drift-nf4.json"])
+def test_each_shipped_drift_comes_from_its_ranks_file(asset, capsys):
+    """The asset names the ranks it was analysed from; those ranks were measured with the draft
+    kernels the asset claims, and re-analysing them gives the asset's ratios and weights."""
+    obj = json.loads((ROOT / "assets/measured" / asset).read_text())
+    ranks = ROOT / "bench" / obj["command"].split("--ranks ")[1].split()[0]
+    data, kernels = dynamics.load_ranks(ranks)
+    assert kernels == obj["draft_kernels"]
+    again = dynamics.analyse_drift(data)
+    capsys.readouterr()
+    for name, entry in obj["domains"].items():
+        assert again[name]["rest_over_opening"] == pytest.approx(entry["rest_over_opening"])
+        assert again[name]["ci95"] == pytest.approx(entry["ci95"])
+        assert again[name]["prior_weight"] == entry["prior_weight"]

@@ -93,6 +93,11 @@ def test_the_tree_is_frozen_at_the_boundary_and_predicted_from_the_posterior_the
         # the rest's own 95 % interval: a block bootstrap over exactly the rest's step yields
         assert row["step_yields_after"] == [bench.step_yield(e) for e in rest]
         assert row["observed_interval_95"] == bench.yield_interval([row["step_yields_after"]])
+        if len(rest) > 4:   # more than one block of steps to resample
+            lo, hi = row["observed_interval_95"]
+            assert lo <= row["observed_tokens_per_step"] <= hi
+        else:
+            assert row["observed_interval_95"] is None
 
 
 def _drift_asset(monkeypatch, tmp_path, pair, ratio=0.5, weight=40):
@@ -319,3 +324,16 @@ def test_check_prompts_flag():
     assert bench_cmd.config_from_args(parser.parse_args(["bench"])).learning_check_prompts == 1
     with pytest.raises(bench_cmd.UserError, match="--learning-check-prompts must be >= 1"):
         bench_cmd.config_from_args(parser.parse_args(["bench", "--learning-check-prompts", "0"]))
+
+
+def test_a_rests_own_interval_is_its_steps_luck():
+    """bench.yield_interval on one run: steps all alike leave no doubt; steps that differ do; too
+    few steps (one block of 4) give none."""
+    assert bench.yield_interval([[3] * 40]) == [3.0, 3.0]
+    import random
+    rng = random.Random(0)
+    yields = [rng.randint(1, 8) for _ in range(50)]   # an 8-node chain's yields, ~50 steps
+    lo, hi = bench.yield_interval([yields])
+    mean = sum(yields) / len(yields)
+    assert lo < mean < hi and 0.1 < (hi - lo) / 2 / mean < 0.3   # roughly +-15 %, wider than the goal's 10 %
+    assert bench.yield_interval([[1, 2, 3, 4]]) is None

@@ -308,6 +308,8 @@ def test_a_run_takes_the_drift_measured_with_its_own_draft_kernels(tmp_path, mon
     assert answer_drift.shipped()[0] == tmp_path / "answer-drift.json" and len(answer_drift.shipped()) == 3
     assert answer_drift.drift_for("d", "t", "code", draft_kernels="fast+nf4") == answer_drift.Drift(0.8, 64.0, "fast+nf4")
     assert answer_drift.drift_for("d", "t", "code", draft_kernels="fast") == answer_drift.Drift(0.65, 64.0, "fast")
+    # a pruned head ('+head<n>') keeps the numerics' asset
+    assert answer_drift.drift_for("d", "t", "code", draft_kernels="fast+nf4+head32768").ratio == 0.8
     # kernels nobody measured (here the other pair's): the pair's first shipped asset, which says what it was
     assert answer_drift.drift_for("d", "t", "code", draft_kernels="default") == answer_drift.Drift(0.65, 64.0, "fast")
     assert answer_drift.drift_for("d", "t", "code") == answer_drift.Drift(0.65, 64.0, "fast")
