@@ -72,7 +72,7 @@ def measure_ranks(path: Path, tokens: int = 128) -> None:
             # the engine's own greedy verifier over the draft's 16 most likely: what a 16-wide star accepts
             verdict = sampling.verify_greedy(int(torch.argmax(p[j])), sampling.top_tokens(q[j], 16))
             ranks.append(0 if verdict.accepted is None else verdict.accepted + 1)
-        out.append({"domain": item["kind"], "ranks": ranks})
+        out.append({"domain": item["kind"], "ranks": ranks, "prompt_ids": ids, "answer_ids": answer})
         print(i, item["kind"], len(ranks), sum(r == 1 for r in ranks) / max(1, len(ranks)), flush=True)
     path.write_text(json.dumps({"draft_kernels": draft_kernels(pair), "answers": out}))
 

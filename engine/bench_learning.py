@@ -80,21 +80,21 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     """One learning run frozen at the boundary: (row of figures, the Replanner holding its evidence)."""
     replan = planning.Replanner(pair, result, settings, learn=True, opening=after)
     learner = replan.learner
-    seen, frozen = 0, {}
+    frozen = {}
 
     def plan():
         if frozen:
             return frozen["tree"]
         tree = replan()
-        if learner is not None and seen >= after:  # the step boundary: freeze
+        # the step boundary as the learner counts it (its opening is `after`): freeze
+        if learner is not None and learner.tokens >= after:
             frozen.update(tree=tree, posterior=list(learner.posterior), replans=replan.replans,
-                          positions=int(learner.run.nodes), tokens=seen)
+                          positions=int(learner.run.nodes), tokens=learner.tokens)
         return tree
 
     steps, last, t0 = [], None, time.perf_counter()
     for event in generate(pair, prompt_ids, result.method, settings, plan=plan):
         replan.observe(event)
-        seen += len(event.new_token_ids)
         steps += [event] if event.nodes else []
         last = event
     row = {"method": result.spec.kind, "finish_reason": last.finish_reason, "tokens": last.total_tokens,
