@@ -146,3 +146,21 @@ def test_each_shipped_drift_comes_from_its_ranks_file(asset, capsys):
         assert again[name]["rest_over_opening"] == pytest.approx(entry["rest_over_opening"])
         assert again[name]["ci95"] == pytest.approx(entry["ci95"])
         assert again[name]["prior_weight"] == entry["prior_weight"]
+
+
+def test_text_signals_and_their_nested_correction():
+    signals = _script("answer_signals")
+    assert signals.repeated_ngrams([1, 2, 3, 4], [1, 2, 3, 4, 9], 4) == pytest.approx(1 / 5)   # only 1 2 3 4 again
+    assert signals.repeated_ngrams([], [5, 5, 5, 5, 5, 5], 2) == pytest.approx(4 / 6)
+    assert signals.distinct([1, 1, 2, 3]) == 0.75
+    rng = random.Random(3)
+    rates = [rng.uniform(0.05, 0.3) for _ in range(12)]
+    # the rest's miss rate is set by a feature the opening's misses do not show
+    feature = [rng.uniform(0, 1) for _ in rates]
+    rows = _answers(rates, lambda r: 0.0, seed=4)
+    rows = [x[:64] + [0 if rng.random() < 0.05 + 0.3 * f else 1 for _ in range(256)] for x, f in zip(rows, feature)]
+    base, corrected = signals.corrected_rmse(rows, feature, 64)
+    assert corrected < 0.75 * base   # (0.33-0.63 of base over five seeds)
+    noise = [rng.uniform(0, 1) for _ in rates]   # a feature that tells nothing gains nothing
+    base, corrected = signals.corrected_rmse(rows, noise, 64)
+    assert corrected > 0.85 * base   # (0.87-1.07 of base over five seeds)
