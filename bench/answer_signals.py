@@ -32,15 +32,13 @@ OPENING = 64
 def repeated_ngrams(context: list[int], text: list[int], n: int = 4) -> float:
     """Share of positions of `text` whose n-gram ending there already occurred in context + text
     before it: how much of the text copies what was already written."""
-    seen, hits = set(), 0
     whole = context + text
-    for i in range(n, len(context) + 1):
-        seen.add(tuple(whole[i - n:i]))
-    for i in range(len(context), len(whole)):
-        gram = tuple(whole[i - n + 1:i + 1]) if i + 1 >= n else None
-        hits += gram in seen if gram else 0
-        if gram:
-            seen.add(gram)
+    seen = {tuple(whole[i - n:i]) for i in range(n, len(context) + 1)}
+    hits = 0
+    for end in range(max(len(context), n - 1), len(whole)):   # the n-gram whole[end-n+1 .. end]
+        gram = tuple(whole[end - n + 1:end + 1])
+        hits += gram in seen
+        seen.add(gram)
     return hits / max(1, len(text))
 
 

@@ -119,7 +119,7 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
                  "stored_runs": result.learned["runs"], "this_run": frozen["positions"]}
     positions["total"] = positions["measured"] + positions["stored"] + positions["this_run"]
     row.update(tokens_before=frozen["tokens"], steps_before=len(steps) - n, tokens_after=kept, steps_after=n,
-               truncated_tokens_after=sum(bench.step_yield(e) for e in tail) - kept,
+               truncated_tokens_after=sum(rest["rest_step_yields"]) - kept,
                predicted_tokens_per_step=predicted, observed_tokens_per_step=observed,
                observed_interval_95=rest["rest_observed_interval_95"], step_yields_after=rest["rest_step_yields"],
                error=predicted / observed - 1, positions_behind_posterior=positions,
