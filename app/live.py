@@ -98,8 +98,11 @@ class Run:
         name = "planned (measured vector)" if (self.plan and self.plan.exact) else "planned (not measured here)"
         if self.learning is not None:  # learning on: prior (what the run started from), observed, posterior
             drift = self.learning.get("drift") or {}
-            post_name = (f"posterior for the answer's rest (rank-1 misses x{drift['ratio']:.2f} after "
-                         f"{drift['opening']} tokens)" if drift.get("applied") else "posterior (plans the next steps)")
+            post_name = "posterior (plans the next steps)"
+            if drift.get("applied"):   # a ratio of 1: only the measured weight (engine/answer_drift.py)
+                how = (f"rank-1 misses x{drift['ratio']:.2f}" if drift["ratio"] != 1.0
+                       else f"prior worth {drift['prior_weight']:g} observations")
+                post_name = f"posterior for the answer's rest ({how} after {drift['opening']} tokens)"
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
                                            posterior_name=post_name,

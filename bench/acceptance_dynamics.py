@@ -163,25 +163,28 @@ def opening_counts(ranks: list[int], drafted: int | None = None) -> tuple[int, i
 
 
 def predicted_rest_miss(x: list[int], others: list[list[int]], weight: float, opening: int = 64,
-                        prior_span: int = 128, drafted: int | None = None) -> float:
+                        prior_span: int = 128, drafted: int | None = None, ratio: bool = True) -> float:
     """The learner's prediction of one answer's rest miss rate from its opening (learning.rest_posterior
     on rank 1): the others' opening-span miss rate as the prior worth `weight` observations, pooled
-    with the opening's counts (opening_counts), times the others' rest/opening ratio."""
-    ratio = miss(others, opening) / miss(others, 0, opening)
+    with the opening's counts (opening_counts), times the others' rest/opening ratio (1 with
+    `ratio` False: a run whose domain's ratio is not applied)."""
+    ratio = miss(others, opening) / miss(others, 0, opening) if ratio else 1.0
     misses, trials = opening_counts(x[:opening], drafted)
     return ratio * (weight * miss(others, 0, prior_span) + misses) / (weight + trials)
 
 
-def loo_rmse(rows: list[list[int]], weight: float, opening: int = 64, drafted: int | None = None) -> float:
+def loo_rmse(rows: list[list[int]], weight: float, opening: int = 64, drafted: int | None = None,
+             ratio: bool = True) -> float:
     """Root mean square error of predicted_rest_miss, each answer predicted from the others."""
-    errs = [predicted_rest_miss(x, rows[:i] + rows[i + 1:], weight, opening, drafted=drafted) - miss([x], opening)
-            for i, x in enumerate(rows)]
+    errs = [predicted_rest_miss(x, rows[:i] + rows[i + 1:], weight, opening, drafted=drafted, ratio=ratio)
+            - miss([x], opening) for i, x in enumerate(rows)]
     return statistics.mean(e * e for e in errs) ** 0.5
 
 
-def best_weight(rows: list[list[int]], opening: int = 64) -> float:
-    """The prior weight of WEIGHTS whose leave-one-prompt-out prediction of the rests erred least."""
-    return min(WEIGHTS, key=lambda w: loo_rmse(rows, w, opening))
+def best_weight(rows: list[list[int]], opening: int = 64, ratio: bool = True) -> float:
+    """The prior weight of WEIGHTS whose leave-one-prompt-out prediction of the rests erred least
+    (with the rest/opening ratio applied, or, `ratio` False, not)."""
+    return min(WEIGHTS, key=lambda w: loo_rmse(rows, w, opening, ratio=ratio))
 
 
 def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, seed: int = 0) -> dict:
@@ -216,6 +219,11 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
         weight = min(WEIGHTS, key=rmse.get)
         print("  prior weight against the opening, leave-one-prompt-out RMSE of the rest's miss rate: " + ", ".join(
             f"{w}: {e:.4f}" for w, e in rmse.items()) + f" -> {weight}")
+        # the weight for runs where the ratio is not applied (its interval holds 1, or the horizon's does)
+        rmse_unratioed = {w: loo_rmse(rs, w, opening, ratio=False) for w in WEIGHTS}
+        weight_unratioed = min(WEIGHTS, key=rmse_unratioed.get)
+        print("    with the ratio not applied (the rest predicted at the opening's rate): " + ", ".join(
+            f"{w}: {e:.4f}" for w, e in rmse_unratioed.items()) + f" -> {weight_unratioed}")
         for drafted in (1, 3, 7):
             walked = {w: loo_rmse(rs, w, opening, drafted) for w in WEIGHTS}
             print(f"    with the opening's rank-1 trials as a chain drafting {drafted} records them: " + ", ".join(
@@ -224,23 +232,27 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
         print(f"  rank-1 rate per answer: opening sd {statistics.pstdev(openings):.3f}, rest sd "
               f"{statistics.pstdev(rests):.3f}, correlation {statistics.correlation(openings, rests):.2f}")
         nested = [best_weight(rs[:i] + rs[i + 1:], opening) for i in range(len(rs))]  # no answer picks its own
+        nested_unratioed = [best_weight(rs[:i] + rs[i + 1:], opening, ratio=False) for i in range(len(rs))]
         for levels in (4, 5, 8):   # 8: the 8-node chain the hardware-aware plan picks for code on an AVX512 EPYC
-            plain, drift, weighted = [], [], []
+            plain, drift, weighted, unratioed = [], [], [], []
             for i, x in enumerate(rs):
                 others = rs[:i] + rs[i + 1:]
                 actual = chain_yield(x[opening:], levels - 1)
                 post = 1 - miss(others, 0, prior_span)
                 post = (32 * post + sum(r == 1 for r in x[:opening])) / (32 + opening)
                 plain.append(sum(post ** j for j in range(levels)) / actual - 1)
-                for errs, w in ((drift, 32), (weighted, nested[i])):
-                    rest = 1 - predicted_rest_miss(x, others, w, opening, prior_span)
+                for errs, w, with_ratio in ((drift, 32, True), (weighted, nested[i], True),
+                                            (unratioed, nested_unratioed[i], False)):
+                    rest = 1 - predicted_rest_miss(x, others, w, opening, prior_span, ratio=with_ratio)
                     errs.append(sum(rest ** j for j in range(levels)) / actual - 1)
             # the rest's own rank-1 rate, which no opening gives: what is left is the positional
             # model's error, so the rows above minus this one are the error of predicting the rate
             oracle = [sum((1 - miss([x], opening)) ** j for j in range(levels)) / chain_yield(x[opening:], levels - 1) - 1
                       for x in rs]
             for name, errs in (("pooled", plain), ("pooled + ratio", drift),
-                               ("pooled + ratio, measured weight", weighted), ("oracle: the rest's own rate", oracle)):
+                               ("pooled + ratio, measured weight", weighted),
+                               ("pooled, weight measured without the ratio", unratioed),
+                               ("oracle: the rest's own rate", oracle)):
                 print(f"  learning check mimicked, {levels}-level chain, {name}: "
                       + " ".join(f"{e:+.0%}" for e in errs)
                       + f" | mean {statistics.mean(errs):+.1%}, within 10 %: {sum(abs(e) <= .1 for e in errs)}"
@@ -249,6 +261,8 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
                     "miss_opening": miss(rs, 0, opening), "miss_prior_span": miss(rs, 0, prior_span),
                     "miss_rest": miss(rs, opening), "rest_over_opening": ratio, "ci95": [lo95, hi95],
                     "prior_weight": weight, "prior_weight_loo_rmse": {str(w): e for w, e in rmse.items()},
+                    "prior_weight_ratio_not_applied": weight_unratioed,
+                    "prior_weight_ratio_not_applied_loo_rmse": {str(w): e for w, e in rmse_unratioed.items()},
                     "windows": {f"{a}-{b}": miss(rs, a, b) for a, b in windows},
                     "by_horizon": {str(h): {"rest_over_opening": r, "ci95": [a, b]}
                                    for h, (r, a, b) in horizons.items()}}

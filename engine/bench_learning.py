@@ -185,7 +185,8 @@ def format_check(check: dict | None) -> str:
                      f"{r['observed_tokens_per_step']:.2f}{_interval(r)} tok/step ({r['error']:+.1%}); "
                      f"posterior from {p['total']} "
                      f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run"
-                     + (f", drifted to the rest by {r['rest_over_opening']:.3f}" if r.get("rest_over_opening") else "")
+                     + (f", drifted to the rest by {r['rest_over_opening']:.3f}"
+                        if r.get("rest_over_opening") not in (None, 1.0) else "")
                      + (f", prior worth {r['rest_prior_weight']:g}" if r.get("rest_prior_weight") is not None else "")
                      + (f", drift measured on {r['rest_drift_kernels']} draft kernels"
                         if r.get("rest_drift_kernels") else "")

@@ -31,6 +31,8 @@ becomes (rest_posterior):
     rest0      = drifted(opening, ratio): P(rank 1 missed) times ratio, ranks 2.. scaled alike
     rest[k]    = ((w' + opening trials[k]) * rest0[k] + rest accepts[k]) / (w' + opening trials[k] + rest trials[k])
 
+Where the domain's ratio is not applied (its interval holds 1) the drift is ratio 1 with the
+weight measured for that case: the rest is predicted at the opening's rate, the prior worth w'.
 The measured w' was chosen for the first of these two uses (predicting the rest from the opening,
 what the learning check tests); the second (how fast the rest's own steps move the posterior)
 follows from it as a Beta update and is not measured separately. At the boundary the opening's

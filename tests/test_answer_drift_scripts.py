@@ -91,8 +91,9 @@ def test_the_committed_checks_rows_predict_their_chains_from_their_posteriors(ch
 def test_the_shipped_drift_is_what_the_learner_gets():
     """Each assets/measured/answer-drift*.json as engine/answer_drift.py serves it to a run of the
     embedded pair with the draft kernels it was measured with: each domain's 320-token ratio with the
-    weight the grid's least error picked."""
-    from engine import answer_drift
+    weight the grid's least error picked; where a ratio is not applied, ratio 1 with the weight
+    measured for that case."""
+    from engine import answer_drift, learning
     kernels = []
     for path in answer_drift.shipped():
         obj = json.loads(path.read_text())
@@ -106,7 +107,15 @@ def test_the_shipped_drift_is_what_the_learner_gets():
             assert at["applied"] == (at["ci95"][0] > 1 or at["ci95"][1] < 1)   # the stated rule, as written down
             want = answer_drift.Drift(pytest.approx(at["rest_over_opening"]), float(entry["prior_weight"]),
                                       obj["draft_kernels"])
-            assert got == (want if at["applied"] else None), name
+            unratioed = {float(w): e for w, e in entry["prior_weight_ratio_not_applied_loo_rmse"].items()}
+            assert entry["prior_weight_ratio_not_applied"] == min(unratioed, key=unratioed.get), name
+            weight_only = answer_drift.Drift(1.0, float(entry["prior_weight_ratio_not_applied"]), obj["draft_kernels"])
+            assert got == (want if at["applied"] else weight_only), name
+            # the weight measured without the ratio beats the learner's default where it is used
+            assert unratioed[entry["prior_weight_ratio_not_applied"]] < unratioed[learning.PRIOR_WEIGHT], name
+            for h, e in entry["by_horizon"].items():   # a horizon whose ratio is not applied: the weight only
+                at_h = answer_drift.drift_for(obj["draft"], obj["target"], name, int(h), draft_kernels=obj["draft_kernels"])
+                assert (at_h.ratio == 1.0) == (not e["applied"]), (name, h)
     assert kernels[0] == "fast" and len(set(kernels)) == len(kernels)   # the int8 draft's first; one per kernels
 
 
@@ -146,6 +155,7 @@ def test_each_shipped_drift_comes_from_its_ranks_file(asset, capsys):
         assert again[name]["rest_over_opening"] == pytest.approx(entry["rest_over_opening"])
         assert again[name]["ci95"] == pytest.approx(entry["ci95"])
         assert again[name]["prior_weight"] == entry["prior_weight"]
+        assert again[name]["prior_weight_ratio_not_applied"] == entry["prior_weight_ratio_not_applied"]
 
 
 def test_text_signals_and_their_nested_correction():

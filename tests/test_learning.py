@@ -290,6 +290,28 @@ def test_answer_drift_applies_only_where_measured_and_clear(tmp_path):
     assert answer_drift.drift_for("d", "t", "", path=path) is None           # domain unsure: pooled vector
     assert answer_drift.drift_for("d", "other", "code", path=path) is None   # another pair
     assert answer_drift.drift_for("d", "t", "code", path=tmp_path / "missing.json") is None
+    # with a weight measured for it, a domain whose ratio is not applied gets that weight, ratio 1
+    path = tmp_path / "weight-only.json"
+    path.write_text('{"draft": "d", "target": "t", "domains": {'
+                    '"prose": {"rest_over_opening": 0.9, "ci95": [0.7, 1.1], "prior_weight": 256, '
+                    '"prior_weight_ratio_not_applied": 128}}}')
+    assert answer_drift.drift_for("d", "t", "prose", 320, path=path) == answer_drift.Drift(1.0, 128.0)
+    assert answer_drift.drift_for("d", "t", "prose", 64, path=path) is None   # no rest
+    assert answer_drift.drift_for("d", "t", "", path=path) is None
+
+
+def test_a_weight_only_drift_pools_the_whole_run_with_the_measured_weight():
+    """Drift(1.0, w): the rest is predicted at the opening's rate, the prior worth w observations
+    instead of the learner's default (what pooling the whole run with w gives)."""
+    from engine.answer_drift import Drift
+    prior = [0.7, 0.1, 0.05]
+    head = learning.Evidence([40.0, 12.0, 3.0], [26.0, 4.0, 1.0], 40.0)
+    rest = learning.Evidence([30.0, 6.0], [25.0, 2.0], 30.0)
+    got = learning.rest_posterior(prior, head, rest, Drift(1.0, 128.0))
+    assert got == pytest.approx(learning.pooled(prior, head.add(rest), 128.0))
+    assert got != pytest.approx(learning.rest_posterior(prior, head, rest, None))   # the default 32 differs
+    learner = learning.Learner(prior, drift=Drift(1.0, 128.0), opening=0)
+    assert learner.state()["weight"] == 128.0 and learner.state()["drift"]["ratio"] == 1.0
 
 
 def test_a_run_takes_the_drift_measured_with_its_own_draft_kernels(tmp_path, monkeypatch):

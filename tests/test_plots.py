@@ -229,3 +229,8 @@ def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     run.learning = learner.state()
     assert [t.name for t in run.acc_fig().data][-1] == \
         "posterior for the answer's rest (rank-1 misses x0.62 after 64 tokens)"
+    learner = learning.Learner([0.7, 0.1], drift=Drift(1.0, 128.0), opening=64)   # a ratio not applied: the weight
+    learner.tokens = 64
+    run.learning = learner.state()
+    assert [t.name for t in run.acc_fig().data][-1] == \
+        "posterior for the answer's rest (prior worth 128 observations after 64 tokens)"
