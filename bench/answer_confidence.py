@@ -44,11 +44,9 @@ def position_features(p_logits, q_logits, answer: list[int]) -> dict[str, list[f
     p, q = torch.softmax(p_logits.float(), -1), torch.softmax(q_logits.float(), -1)
     y = torch.tensor(answer)
     rows = torch.arange(len(answer))
-    return {"draft_p_of_target_token": q[rows, y].tolist(),
-            "target_top_p": p.max(-1).values.tolist(),
-            "draft_top_p": q.max(-1).values.tolist(),
-            "overlap_t1": torch.minimum(p, q).sum(-1).tolist(),
-            "greedy_hit": (q.argmax(-1) == p.argmax(-1)).float().tolist()}
+    out = {"draft_p_of_target_token": q[rows, y], "target_top_p": p.max(-1).values, "draft_top_p": q.max(-1).values,
+           "overlap_t1": torch.minimum(p, q).sum(-1), "greedy_hit": (q.argmax(-1) == p.argmax(-1)).float()}
+    return {name: [round(v, 4) for v in t.tolist()] for name, t in out.items()}
 
 
 def measure(ranks_path: Path, out: Path) -> None:
