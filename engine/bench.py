@@ -109,6 +109,7 @@ class BenchConfig:
     learning_check_tokens: int = 256                  # tokens the check runs after the boundary
     learning_check_after: int = LEARN_AFTER           # the boundary (generated tokens)
     learning_check_prompts: int = 1                   # check runs per prompt kind (the first of each)
+    learning_check_running: bool = False              # also a run per prompt that keeps re-planning
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -579,6 +580,10 @@ DEFINITIONS = {
                       "tokens/step (counted as tokens_per_step), minus 1 (engine/bench_learning.py); "
                       "observed_interval_95: the rest's own 95 % interval (block bootstrap over its steps, "
                       "yield_interval), how far one answer's rest falls from its expectation by chance",
+    "learning_check_running": "--learning-check-running: learning_check.runs[].running, a second run of each check "
+                              "prompt that keeps re-planning: the mean over the rest's steps of each step's tree's "
+                              "F under the posterior before that step, over the rest's observed tokens/step, minus 1 "
+                              "(engine/bench_learning.py run_running; its evidence is not stored)",
     "observed_costs": "machine.observed_costs: t(n)/t(1) and the draft's seconds per level over t(1) read off this "
                       "run's interleaved lanes (verify seconds per step by tree size; chains' draft seconds per "
                       "level), beside the device profile's",

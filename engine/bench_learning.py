@@ -28,7 +28,14 @@ engine/prompts.py, when the bench's prompts have none of it), one run each:
   T = 0 the text is fixed, so "luck" means the text's own arrangement, not a rerun. Across many
   runs about 1 in 20 right predictions falls outside, and a bias shows as errors of one sign.
 It runs after the bench's other lanes, and its evidence is stored (only with --learn) after all of
-its runs: every check run starts from the same store, and no other lane of the run sees it."""
+its runs: every check run starts from the same store, and no other lane of the run sees it.
+
+With --learning-check-running each prompt runs a second time with the same plan and settings,
+NOT frozen (RUNNING, run_running): learning re-plans all along, as a Live run does, and every step
+after the boundary is predicted by its own tree under the posterior of the steps before it. The
+rest's mean prediction against its observed tokens/step is a one-step-ahead (prequential) test
+of learning: each prediction is made before its step runs, but later ones have seen more of the
+rest than the frozen check's one prediction. Its evidence is never stored."""
 from __future__ import annotations
 
 import time
@@ -43,6 +50,11 @@ from engine.settings import Settings
 KINDS = ("code", "prose")
 FROZEN = ("the tree is frozen at the first step boundary at or after {after} generated tokens: "
           "no re-plans after it, so the prediction is about the tree that ran")
+
+
+RUNNING = ("with --learning-check-running, a second run of each prompt that keeps re-planning (a Live run): "
+           "each step after the boundary predicted by its own tree under the posterior of the steps before it; "
+           "the rest's mean prediction over its observed tokens/step")
 
 
 def check_prompts(prompts: list[Prompt], per_kind: int = 1) -> list[tuple[Prompt, int | None]]:
@@ -132,6 +144,38 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     return row, replan
 
 
+def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int) -> dict:
+    """One learning run that is never frozen (RUNNING): the rest's steps, each predicted before it
+    ran (tree.expected_tokens under the learner's posterior when the Replanner gave its tree),
+    against the rest's observed yields (bench.step_yield, the same boundary as bench.split_at)."""
+    replan = planning.Replanner(pair, result, settings, learn=True, opening=after)
+    learner = replan.learner
+    if learner is None:
+        return {"error": None, "note": "no learning: the plan drafts nothing"}
+    predicted = []
+
+    def plan():
+        tree = replan()
+        if learner.tokens >= after:   # this step starts at or after the boundary: one of the rest's
+            predicted.append(tree.expected_tokens(learner.posterior))
+        return tree
+
+    steps = []
+    for event in generate(pair, prompt_ids, result.method, settings, plan=plan):
+        replan.observe(event)   # before the next plan(): each tree depends on the past only
+        steps += [event] if event.nodes else []
+    _, rest = bench.split_at(steps, after)
+    if not rest or len(rest) != len(predicted):
+        return {"error": None, "note": f"{len(rest)} steps after the boundary, {len(predicted)} predicted"}
+    yields = [bench.step_yield(e) for e in rest]
+    mean_predicted, observed = sum(predicted) / len(predicted), sum(yields) / len(yields)
+    trees = [tuple(e.tree_parents) for e in rest]
+    return {"predicted_tokens_per_step": mean_predicted, "observed_tokens_per_step": observed,
+            "error": mean_predicted / observed - 1, "first_prediction": predicted[0], "steps_after": len(rest),
+            "step_predictions": predicted, "step_yields_after": yields, "replans": replan.replans,
+            "tree_changes_after": sum(a != b for a, b in zip(trees, trees[1:]))}
+
+
 def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=print, costs: dict | None = None) -> dict:
     """Every (temperature, kind) run; `vectors` maps each bench temperature to its acceptance vector,
     `costs` (optional) to the corrected costs to plan with there (engine/observed.py), else `prof`."""
@@ -153,10 +197,16 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
             say(f"learning check T={temperature:g} {prompt.kind}: " + (row["note"] if err is None else
                 f"predicted {row['predicted_tokens_per_step']:.2f} vs observed {row['observed_tokens_per_step']:.2f} "
                 f"tok/step over the last {row['tokens_after']} tokens ({err:+.1%})"))
+            if getattr(config, "learning_check_running", False):
+                row["running"] = running = run_running(pair, ids, result, settings, after)
+                say("  running (re-planned all along): " + (running["note"] if running["error"] is None else
+                    f"mean prediction {running['predicted_tokens_per_step']:.2f} vs observed "
+                    f"{running['observed_tokens_per_step']:.2f} tok/step ({running['error']:+.1%})"))
     stored = bool(config.learn)
     for replan in replanners if stored else ():
         replan.finish()
     return {"after": after, "tokens": tokens, "frozen": FROZEN.format(after=after), "evidence_stored": stored,
+            **({"running": RUNNING} if getattr(config, "learning_check_running", False) else {}),
             "storage": ("stored after all check runs (--learn), so none of them, nor any other lane, "
                         "started from another check run's evidence" if stored
                         else "not stored (--no-learn)"),
@@ -192,6 +242,13 @@ def format_check(check: dict | None) -> str:
                         if r.get("rest_drift_kernels") else "")
                      + "); "
                      f"re-plans after the freeze {r['replans_after_freeze']}")
+        running = r.get("running")
+        if running:
+            lines.append("      running (re-planned all along): " + (running["note"] if running["error"] is None else
+                         f"mean prediction {running['predicted_tokens_per_step']:.2f} (first "
+                         f"{running['first_prediction']:.2f}) vs observed {running['observed_tokens_per_step']:.2f} "
+                         f"tok/step over {running['steps_after']} steps ({running['error']:+.1%}); "
+                         f"{running['replans']} re-plans, {running['tree_changes_after']} tree changes after the boundary"))
     lines += _tallies(groups)
     return "\n".join(lines)
 
@@ -220,4 +277,9 @@ def _tallies(groups: dict[tuple[float, str], list[dict]]) -> list[str]:
                 + "; inside the rest's own 95 % interval: " + ", ".join(
                 f"{kind} {sum(inside_interval(r) is True for r in rs)} of "
                 f"{sum(inside_interval(r) is not None for r in rs)}" for kind, rs in kinds))
+            ran = [(kind, [r["running"] for r in rs if (r.get("running") or {}).get("error") is not None])
+                   for kind, rs in kinds]
+            if any(rs for _, rs in ran):
+                out.append(f"  T={t:g} running: within 10 %: " + ", ".join(
+                    f"{kind} {sum(bench_goals.learning_met(r['error']) for r in rs)} of {len(rs)}" for kind, rs in ran))
     return out

@@ -337,3 +337,37 @@ def test_a_rests_own_interval_is_its_steps_luck():
     mean = sum(yields) / len(yields)
     assert lo < mean < hi and 0.1 < (hi - lo) / 2 / mean < 0.3   # roughly +-15 %, wider than the goal's 10 %
     assert bench.yield_interval([[1, 2, 3, 4]]) is None
+
+
+def test_the_running_check_predicts_each_rest_step_from_the_steps_before_it(monkeypatch):
+    """--learning-check-running: a second run per prompt that keeps re-planning; each step after the
+    boundary is predicted by the tree it ran under the posterior of the steps before it (one step
+    ahead), and the row compares the mean prediction with the rest's observed yields."""
+    pair = tiny_pair("llama", noise=0.15)
+    runs = _recorded(monkeypatch)
+    check = bench_learning.run_check(pair, PROMPTS, _config(learning_check_running=True), {0.0: _vec(pair)}, None,
+                                     say=lambda *_: None)
+    assert "running" in check and len(runs) == 4   # frozen and running, per prompt
+    for row, events in zip(check["runs"], runs[1::2]):
+        running = row["running"]
+        steps = [e for e in events if e.nodes]
+        i = _boundary(steps, 8)
+        rest = steps[i:]
+        assert running["steps_after"] == len(rest) == len(running["step_predictions"]) > 0
+        for j, (e, predicted) in enumerate(zip(rest, running["step_predictions"])):
+            posterior = learning.pooled(START, learning.events_evidence(steps[:i + j]))   # the steps before it only
+            assert predicted == pytest.approx(Tree.from_parents(e.tree_parents).expected_tokens(posterior))
+        yields = [bench.step_yield(e) for e in rest]
+        assert running["step_yields_after"] == yields
+        assert running["observed_tokens_per_step"] == pytest.approx(sum(yields) / len(yields))
+        mean = sum(running["step_predictions"]) / len(rest)
+        assert running["error"] == pytest.approx(mean / running["observed_tokens_per_step"] - 1)
+        assert running["replans"] > 0
+    text = bench_learning.format_check(check)
+    assert text.count("running (re-planned all along): mean prediction") == 2
+
+
+def test_the_running_check_needs_the_learning_check():
+    from engine.errors import UserError
+    with pytest.raises(UserError, match="needs --learning-check"):
+        bench_cmd._validate(_config(learning_check=False, learning_check_running=True))
