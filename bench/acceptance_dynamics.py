@@ -187,6 +187,29 @@ def best_weight(rows: list[list[int]], opening: int = 64, ratio: bool = True) ->
     return min(WEIGHTS, key=lambda w: loo_rmse(rows, w, opening, ratio=ratio))
 
 
+REST_WEIGHTS = (0, 16, 32, 64, 128, 256, 512)   # the rest's prior against the rest's own evidence
+
+
+def rest_weight_rmse(rows: list[list[int]], rest_weight: float | None, with_ratio: bool, window: int | None,
+                     opening: int = 64) -> float:
+    """The weight's second use, leave-one-prompt-out: once t - opening positions of the rest are
+    seen (t = 96, 128, ..., 256), predict the miss rate of positions t..t+window (None: t to the
+    end) from the opening's prediction (predicted_rest_miss with the others' best weight) as a prior
+    worth `rest_weight` observations (None: the learner's rule, that weight + the opening's 64
+    trials) pooled with the rest's misses so far. RMSE over answers and t."""
+    errs = []
+    for i, x in enumerate(rows):
+        others = rows[:i] + rows[i + 1:]
+        w = best_weight(others, opening, ratio=with_ratio)
+        rest0 = predicted_rest_miss(x, others, w, opening, ratio=with_ratio)
+        v = w + opening if rest_weight is None else rest_weight
+        for t in range(opening + 32, len(x) - 63, 32):
+            seen = x[opening:t]
+            predicted = (v * rest0 + sum(r != 1 for r in seen)) / (v + len(seen))
+            errs.append(predicted - miss([x], t, None if window is None else t + window))
+    return statistics.mean(e * e for e in errs) ** 0.5
+
+
 def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, seed: int = 0) -> dict:
     """How an answer's rest differs from its opening (longer answers than 128 tokens only):
     rank-1 miss rate per 64-position window, the rest/opening miss ratio with a 95 % interval
@@ -228,6 +251,14 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
             walked = {w: loo_rmse(rs, w, opening, drafted) for w in WEIGHTS}
             print(f"    with the opening's rank-1 trials as a chain drafting {drafted} records them: " + ", ".join(
                 f"{w}: {e:.4f}" for w, e in walked.items()) + f" -> {min(WEIGHTS, key=walked.get)}")
+        for with_ratio in (True, False):
+            for window in (None, 32):
+                got = {v: rest_weight_rmse(rs, v, with_ratio, window, opening) for v in REST_WEIGHTS}
+                print(f"  the rest's prior against its own steps ({'ratio' if with_ratio else 'no ratio'}; "
+                      f"predicting {'the rest of the answer' if window is None else f'the next {window} positions'}), "
+                      "leave-one-prompt-out RMSE: " + ", ".join(f"{v}: {e:.4f}" for v, e in got.items())
+                      + f"; the learner's rule (weight + {opening}): "
+                        f"{rest_weight_rmse(rs, None, with_ratio, window, opening):.4f}")
         openings, rests = [1 - miss([x], 0, opening) for x in rs], [1 - miss([x], opening) for x in rs]
         print(f"  rank-1 rate per answer: opening sd {statistics.pstdev(openings):.3f}, rest sd "
               f"{statistics.pstdev(rests):.3f}, correlation {statistics.correlation(openings, rests):.2f}")

@@ -174,3 +174,14 @@ def test_text_signals_and_their_nested_correction():
     noise = [rng.uniform(0, 1) for _ in rates]   # a feature that tells nothing gains nothing
     base, corrected = signals.corrected_rmse(rows, noise, 64)
     assert corrected > 0.85 * base   # (0.87-1.07 of base over five seeds)
+
+
+def test_the_rests_own_steps_count_where_the_opening_misleads(capsys):
+    """rest_weight_rmse (the weight's second use): where each rest runs at a rate its opening gets
+    wrong, a light prior lets the rest's own steps correct it; where every answer runs at one rate,
+    the prior already knows it and a heavy one beats the rest's noisy steps."""
+    rates = [0.05 + 0.3 * i / 11 for i in range(12)]
+    misled = _answers(rates, lambda r: 0.4 - r, seed=1)   # the rest's rate mirrors its opening's
+    assert dynamics.rest_weight_rmse(misled, 16, True, None) < 0.8 * dynamics.rest_weight_rmse(misled, 512, True, None)
+    alike = _answers([0.2] * 12, lambda r: r, seed=2)
+    assert dynamics.rest_weight_rmse(alike, 512, False, None) < 0.8 * dynamics.rest_weight_rmse(alike, 0, False, None)
