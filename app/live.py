@@ -101,7 +101,7 @@ class Run:
             post_name = "posterior (plans the next steps)"
             if drift.get("applied"):   # a ratio of 1: only the measured weight (engine/answer_drift.py)
                 how = (f"rank-1 misses x{drift['ratio']:.2f}" if drift["ratio"] != 1.0
-                       else f"prior worth {drift['prior_weight']:g} observations")
+                       else f"prior worth {drift['prior_weight']:g}")
                 post_name = f"posterior for the answer's rest ({how} after {drift['opening']} tokens)"
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
