@@ -163,12 +163,12 @@ def opening_counts(ranks: list[int], drafted: int | None = None) -> tuple[int, i
 
 
 def predicted_rest_miss(x: list[int], others: list[list[int]], weight: float, opening: int = 64,
-                        prior_span: int = 128, drafted: int | None = None, ratio: bool = True) -> float:
+                        prior_span: int = 128, drafted: int | None = None, apply_ratio: bool = True) -> float:
     """The learner's prediction of one answer's rest miss rate from its opening (learning.rest_posterior
     on rank 1): the others' opening-span miss rate as the prior worth `weight` observations, pooled
     with the opening's counts (opening_counts), times the others' rest/opening ratio (1 with
-    `ratio` False: a run whose domain's ratio is not applied)."""
-    ratio = miss(others, opening) / miss(others, 0, opening) if ratio else 1.0
+    `apply_ratio` False: a run whose domain's ratio is not applied)."""
+    ratio = miss(others, opening) / miss(others, 0, opening) if apply_ratio else 1.0
     misses, trials = opening_counts(x[:opening], drafted)
     return ratio * (weight * miss(others, 0, prior_span) + misses) / (weight + trials)
 
@@ -176,7 +176,7 @@ def predicted_rest_miss(x: list[int], others: list[list[int]], weight: float, op
 def loo_rmse(rows: list[list[int]], weight: float, opening: int = 64, drafted: int | None = None,
              ratio: bool = True) -> float:
     """Root mean square error of predicted_rest_miss, each answer predicted from the others."""
-    errs = [predicted_rest_miss(x, rows[:i] + rows[i + 1:], weight, opening, drafted=drafted, ratio=ratio)
+    errs = [predicted_rest_miss(x, rows[:i] + rows[i + 1:], weight, opening, drafted=drafted, apply_ratio=ratio)
             - miss([x], opening) for i, x in enumerate(rows)]
     return statistics.mean(e * e for e in errs) ** 0.5
 
@@ -187,7 +187,7 @@ def best_weight(rows: list[list[int]], opening: int = 64, ratio: bool = True) ->
     return min(WEIGHTS, key=lambda w: loo_rmse(rows, w, opening, ratio=ratio))
 
 
-REST_WEIGHTS = (0, 16, 32, 64, 128, 256, 512)   # the rest's prior against the rest's own evidence
+REST_WEIGHTS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)   # the rest's prior against the rest's own evidence
 
 
 def rest_weight_rmse(rows: list[list[int]], rest_weight: float | None, with_ratio: bool, window: int | None,
@@ -201,7 +201,7 @@ def rest_weight_rmse(rows: list[list[int]], rest_weight: float | None, with_rati
     for i, x in enumerate(rows):
         others = rows[:i] + rows[i + 1:]
         w = best_weight(others, opening, ratio=with_ratio)
-        rest0 = predicted_rest_miss(x, others, w, opening, ratio=with_ratio)
+        rest0 = predicted_rest_miss(x, others, w, opening, apply_ratio=with_ratio)
         v = w + opening if rest_weight is None else rest_weight
         for t in range(opening + 32, len(x) - 63, 32):
             seen = x[opening:t]
@@ -231,6 +231,9 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
             return miss(rs, opening, hi) / miss(rs, 0, opening), boots[50], boots[1949]
         ratio, lo95, hi95 = with_interval(n)
         horizons = {h: with_interval(h) for h in range(prior_span, n + 1, 64)}
+        # per horizon, the weight for a run whose ratio is not applied: rests of positions 64..h-1
+        unratioed_by_horizon = {h: {w: loo_rmse([x[:h] for x in rs], w, opening, ratio=False) for w in WEIGHTS}
+                                for h in horizons}
         print(f"{dom}: {len(rs)} prompts x {n} positions; rank-1 miss per window: " + ", ".join(
             f"{a}-{b} {miss(rs, a, b):.3f}" for a, b in windows))
         print(f"  miss over the first {opening} {miss(rs, 0, opening):.3f}, the first {prior_span} "
@@ -238,6 +241,9 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
               f"{ratio:.3f} (95 % interval over prompts {lo95:.3f}-{hi95:.3f})")
         print("  by horizon (rest = positions 64..h-1): " + ", ".join(
             f"h={h} {r:.3f} ({a:.3f}-{b:.3f})" for h, (r, a, b) in horizons.items()))
+        for h, got in unratioed_by_horizon.items():
+            print(f"    h={h}, the ratio not applied: prior weight leave-one-prompt-out RMSE " + ", ".join(
+                f"{w}: {e:.4f}" for w, e in got.items()) + f" -> {min(WEIGHTS, key=got.get)}")
         rmse = {w: loo_rmse(rs, w, opening) for w in WEIGHTS}
         weight = min(WEIGHTS, key=rmse.get)
         print("  prior weight against the opening, leave-one-prompt-out RMSE of the rest's miss rate: " + ", ".join(
@@ -274,7 +280,7 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
                 plain.append(sum(post ** j for j in range(levels)) / actual - 1)
                 for errs, w, with_ratio in ((drift, 32, True), (weighted, nested[i], True),
                                             (unratioed, nested_unratioed[i], False)):
-                    rest = 1 - predicted_rest_miss(x, others, w, opening, prior_span, ratio=with_ratio)
+                    rest = 1 - predicted_rest_miss(x, others, w, opening, prior_span, apply_ratio=with_ratio)
                     errs.append(sum(rest ** j for j in range(levels)) / actual - 1)
             # the rest's own rank-1 rate, which no opening gives: what is left is the positional
             # model's error, so the rows above minus this one are the error of predicting the rate
@@ -295,7 +301,10 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
                     "prior_weight_ratio_not_applied": weight_unratioed,
                     "prior_weight_ratio_not_applied_loo_rmse": {str(w): e for w, e in rmse_unratioed.items()},
                     "windows": {f"{a}-{b}": miss(rs, a, b) for a, b in windows},
-                    "by_horizon": {str(h): {"rest_over_opening": r, "ci95": [a, b]}
+                    "by_horizon": {str(h): {"rest_over_opening": r, "ci95": [a, b],
+                                            "prior_weight_ratio_not_applied": min(WEIGHTS, key=unratioed_by_horizon[h].get),
+                                            "prior_weight_ratio_not_applied_loo_rmse": {
+                                                str(w): e for w, e in unratioed_by_horizon[h].items()}}
                                    for h, (r, a, b) in horizons.items()}}
     return out
 

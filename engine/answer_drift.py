@@ -34,13 +34,15 @@ On the 12 + 12 measurement answers prose openings told their rests less than cod
 against 64 pseudo-observations at 320 tokens; code's error is flat from 32 to 128). Where an
 asset has no sane weight, learning.PRIOR_WEIGHT is used.
 
-Where the ratio is not applied (its interval holds 1), the weight still is: a domain's
-`prior_weight_ratio_not_applied`, chosen the same way with the rest predicted at the opening's
-rate (ratio 1), gives Drift(1.0, that weight). On both drafts' measurement answers, every domain
-and horizon, it predicted the rests better than learning.PRIOR_WEIGHT's 32 (leave-one-prompt-out
-RMSE of the rest's miss rate 5-25 % lower, bench/acceptance-dynamics-320*.txt): 64 tokens of
-hits and misses are noisier (sd ~0.05) than the rests differ between answers (~0.04), so the
-prior should count for more than 32 observations. Assets without the field give no drift there.
+Where the ratio is not applied (its interval holds 1), the weight still is: the horizon entry's
+`prior_weight_ratio_not_applied` (else the domain's), chosen the same way for the rest up to that
+horizon predicted at the opening's rate (ratio 1), gives Drift(1.0, that weight). On both drafts'
+measurement answers, every domain and horizon, the weights so chosen predicted the rests better
+than learning.PRIOR_WEIGHT's 32 (leave-one-prompt-out RMSE of the rest's miss rate, lines "the
+ratio not applied" in bench/acceptance-dynamics-320*.txt): 64 tokens of hits and misses are
+noisier (sd ~0.05) than the rests differ between answers (~0.04), so the prior should count for
+more than 32 observations. Assets without the field give no drift there. Such a run, like any
+with a drift, stores only its opening's evidence (learning.Learner.record).
 """
 from __future__ import annotations
 
@@ -144,5 +146,7 @@ def drift_for(draft: str, target: str, domain: str | None, horizon: int | None =
     entry = entry_for(domain_entry, horizon)
     if applies(entry):
         return Drift(_ratio(entry), _weight(domain_entry), obj.get("draft_kernels"))
-    weight_only = _weight(domain_entry, "prior_weight_ratio_not_applied")
+    weight_only = _weight(entry, "prior_weight_ratio_not_applied")   # measured for this horizon's rest
+    if weight_only is None:
+        weight_only = _weight(domain_entry, "prior_weight_ratio_not_applied")
     return Drift(1.0, weight_only, obj.get("draft_kernels")) if weight_only is not None else None

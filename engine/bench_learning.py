@@ -152,27 +152,34 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
     learner = replan.learner
     if learner is None:
         return {"error": None, "note": "no learning: the plan drafts nothing"}
-    predicted = []
+    # keyed by the events observed so far: the Decoder asks once more before its first step
+    # (check_fits), and the step's own request replaces that one
+    predicted: dict[int, float] = {}
+    observed, replans_at = [0], []
 
     def plan():
         tree = replan()
         if learner.tokens >= after:   # this step starts at or after the boundary: one of the rest's
-            predicted.append(tree.expected_tokens(learner.posterior))
+            predicted[observed[0]] = tree.expected_tokens(learner.posterior)
+            replans_at[:] = replans_at or [replan.replans]
         return tree
 
     steps = []
     for event in generate(pair, prompt_ids, result.method, settings, plan=plan):
         replan.observe(event)   # before the next plan(): each tree depends on the past only
+        observed[0] += 1
         steps += [event] if event.nodes else []
     _, rest = bench.split_at(steps, after)
     if not rest or len(rest) != len(predicted):
         return {"error": None, "note": f"{len(rest)} steps after the boundary, {len(predicted)} predicted"}
+    predicted = list(predicted.values())
     yields = [bench.step_yield(e) for e in rest]
     mean_predicted, observed = sum(predicted) / len(predicted), sum(yields) / len(yields)
     trees = [tuple(e.tree_parents) for e in rest]
     return {"predicted_tokens_per_step": mean_predicted, "observed_tokens_per_step": observed,
             "error": mean_predicted / observed - 1, "first_prediction": predicted[0], "steps_after": len(rest),
-            "step_predictions": predicted, "step_yields_after": yields, "replans": replan.replans,
+            "step_predictions": predicted, "step_yields_after": yields,
+            "replans_after": replan.replans - replans_at[0],   # those made for the rest's steps
             "tree_changes_after": sum(a != b for a, b in zip(trees, trees[1:]))}
 
 
@@ -248,7 +255,8 @@ def format_check(check: dict | None) -> str:
                          f"mean prediction {running['predicted_tokens_per_step']:.2f} (first "
                          f"{running['first_prediction']:.2f}) vs observed {running['observed_tokens_per_step']:.2f} "
                          f"tok/step over {running['steps_after']} steps ({running['error']:+.1%}); "
-                         f"{running['replans']} re-plans, {running['tree_changes_after']} tree changes after the boundary"))
+                         f"{running['replans_after']} re-plans and {running['tree_changes_after']} tree changes "
+                         "after the boundary"))
     lines += _tallies(groups)
     return "\n".join(lines)
 

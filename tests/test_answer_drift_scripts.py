@@ -113,9 +113,16 @@ def test_the_shipped_drift_is_what_the_learner_gets():
             assert got == (want if at["applied"] else weight_only), name
             # the weight measured without the ratio beats the learner's default where it is used
             assert unratioed[entry["prior_weight_ratio_not_applied"]] < unratioed[learning.PRIOR_WEIGHT], name
-            for h, e in entry["by_horizon"].items():   # a horizon whose ratio is not applied: the weight only
+            for h, e in entry["by_horizon"].items():   # a horizon whose ratio is not applied: its own weight only
                 at_h = answer_drift.drift_for(obj["draft"], obj["target"], name, int(h), draft_kernels=obj["draft_kernels"])
-                assert (at_h.ratio == 1.0) == (not e["applied"]), (name, h)
+                grid = {float(w): v for w, v in e["prior_weight_ratio_not_applied_loo_rmse"].items()}
+                assert e["prior_weight_ratio_not_applied"] == min(grid, key=grid.get), (name, h)
+                assert grid[e["prior_weight_ratio_not_applied"]] < grid[learning.PRIOR_WEIGHT], (name, h)
+                if not e["applied"]:
+                    assert at_h == answer_drift.Drift(1.0, float(e["prior_weight_ratio_not_applied"]),
+                                                      obj["draft_kernels"]), (name, h)
+                else:
+                    assert at_h.ratio == pytest.approx(e["rest_over_opening"]), (name, h)
     assert kernels[0] == "fast" and len(set(kernels)) == len(kernels)   # the int8 draft's first; one per kernels
 
 
@@ -156,6 +163,8 @@ def test_each_shipped_drift_comes_from_its_ranks_file(asset, capsys):
         assert again[name]["ci95"] == pytest.approx(entry["ci95"])
         assert again[name]["prior_weight"] == entry["prior_weight"]
         assert again[name]["prior_weight_ratio_not_applied"] == entry["prior_weight_ratio_not_applied"]
+        for h, e in entry["by_horizon"].items():
+            assert again[name]["by_horizon"][h]["prior_weight_ratio_not_applied"] == e["prior_weight_ratio_not_applied"]
 
 
 def test_text_signals_and_their_nested_correction():

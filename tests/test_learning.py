@@ -314,6 +314,19 @@ def test_a_weight_only_drift_pools_the_whole_run_with_the_measured_weight():
     assert learner.state()["weight"] == 128.0 and learner.state()["drift"]["ratio"] == 1.0
 
 
+def test_a_weight_only_drift_stores_the_opening_only(tmp_path, monkeypatch):
+    """Like any run with a drift (the next run's start is an opening rate)."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    from engine.answer_drift import Drift
+    two = _event([-1, 0, 1], {0: 1, 1: 1})       # accepts 2 nodes: 3 tokens with the bonus
+    learner = learning.Learner([0.7, 0.1], key="w", drift=Drift(1.0, 128.0), opening=4)
+    for ev in (two, two, two):                   # the third step starts at token 6: the rest's
+        learner.observe(ev)
+    assert learner.head.nodes == 4 and learner.tail.nodes == 2
+    assert learner.record().nodes == 4
+
+
+
 def test_a_run_takes_the_drift_measured_with_its_own_draft_kernels(tmp_path, monkeypatch):
     """One asset per draft kernels measured; a run gets its own kernels' asset, else the first
     shipped one for the pair (SHIPPED: the int8 draft's), never another pair's."""
