@@ -814,7 +814,7 @@ def split_at(events, after: int = LEARN_AFTER) -> tuple[list, list]:
     Learner's split: a step that starts in the opening counts for it)."""
     seen = 0
     for i, e in enumerate(events):
-        if seen >= after:
+        if not learning.in_opening(seen, after):
             return list(events[:i]), list(events[i:])
         seen += len(e.new_token_ids)
     return list(events), []

@@ -99,7 +99,7 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
             return frozen["tree"]
         tree = replan()
         # the step boundary as the learner counts it (its opening is `after`): freeze
-        if learner is not None and learner.tokens >= after:
+        if learner is not None and not learning.in_opening(learner.tokens, after):
             frozen.update(tree=tree, posterior=list(learner.posterior), replans=replan.replans,
                           positions=int(learner.run.nodes), tokens=learner.tokens)
         return tree
@@ -159,7 +159,7 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
 
     def plan():
         tree = replan()
-        if learner.tokens >= after:   # this step starts at or after the boundary: one of the rest's
+        if not learning.in_opening(learner.tokens, after):   # this step is one of the rest's
             predicted[observed[0]] = tree.expected_tokens(learner.posterior)
             replans_at[:] = replans_at or [replan.replans]
         return tree

@@ -272,6 +272,12 @@ def with_stored(vec, stored: Evidence):
 
 
 # ---------------------------------------------------------------- one run
+def in_opening(tokens_before: int, opening: int) -> bool:
+    """Whether a step that starts after `tokens_before` generated tokens belongs to the answer's
+    opening: the one boundary rule of the Learner, bench.split_at and the learning checks."""
+    return tokens_before < opening
+
+
 class Learner:
     """Learning during one run: starts from `start` (a vector already pooled with stored
     evidence), absorbs each StepEvent, and says when the posterior moved enough to re-plan.
@@ -291,7 +297,7 @@ class Learner:
 
     def observe(self, event) -> None:
         ev = step_evidence(event)
-        if self.tokens < self.opening:   # a step that starts in the opening counts for the opening
+        if in_opening(self.tokens, self.opening):   # a step that starts in the opening counts for it
             self.head = self.head.add(ev)
         else:
             self.tail = self.tail.add(ev)
@@ -304,7 +310,7 @@ class Learner:
 
     @property
     def past_opening(self) -> bool:
-        return self.drift is not None and self.tokens >= self.opening
+        return self.drift is not None and not in_opening(self.tokens, self.opening)
 
     @property
     def posterior(self) -> list[float]:
