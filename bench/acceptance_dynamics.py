@@ -191,16 +191,17 @@ REST_WEIGHTS = (0, 16, 32, 64, 128, 256, 512, 1024, 2048)   # the rest's prior a
 
 
 def rest_weight_rmse(rows: list[list[int]], rest_weight: float | None, with_ratio: bool, window: int | None,
-                     opening: int = 64) -> float:
+                     opening: int = 64, weights: list[float] | None = None) -> float:
     """The weight's second use, leave-one-prompt-out: once t - opening positions of the rest are
     seen (t = 96, 128, ..., 256), predict the miss rate of positions t..t+window (None: t to the
     end) from the opening's prediction (predicted_rest_miss with the others' best weight) as a prior
     worth `rest_weight` observations (None: the learner's rule, that weight + the opening's 64
-    trials) pooled with the rest's misses so far. RMSE over answers and t."""
+    trials) pooled with the rest's misses so far. RMSE over answers and t. `weights`: each answer's
+    nested best weight where the caller has them already (else found here)."""
     errs = []
     for i, x in enumerate(rows):
         others = rows[:i] + rows[i + 1:]
-        w = best_weight(others, opening, ratio=with_ratio)
+        w = weights[i] if weights is not None else best_weight(others, opening, ratio=with_ratio)
         rest0 = predicted_rest_miss(x, others, w, opening, apply_ratio=with_ratio)
         v = w + opening if rest_weight is None else rest_weight
         for t in range(opening + 32, len(x) - 63, 32):
@@ -249,7 +250,7 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
         print("  prior weight against the opening, leave-one-prompt-out RMSE of the rest's miss rate: " + ", ".join(
             f"{w}: {e:.4f}" for w, e in rmse.items()) + f" -> {weight}")
         # the weight for runs where the ratio is not applied (its interval holds 1, or the horizon's does)
-        rmse_unratioed = {w: loo_rmse(rs, w, opening, ratio=False) for w in WEIGHTS}
+        rmse_unratioed = unratioed_by_horizon.get(n) or {w: loo_rmse(rs, w, opening, ratio=False) for w in WEIGHTS}
         weight_unratioed = min(WEIGHTS, key=rmse_unratioed.get)
         print("    with the ratio not applied (the rest predicted at the opening's rate): " + ", ".join(
             f"{w}: {e:.4f}" for w, e in rmse_unratioed.items()) + f" -> {weight_unratioed}")
@@ -257,19 +258,19 @@ def analyse_drift(data: list[dict], opening: int = 64, prior_span: int = 128, se
             walked = {w: loo_rmse(rs, w, opening, drafted) for w in WEIGHTS}
             print(f"    with the opening's rank-1 trials as a chain drafting {drafted} records them: " + ", ".join(
                 f"{w}: {e:.4f}" for w, e in walked.items()) + f" -> {min(WEIGHTS, key=walked.get)}")
-        for with_ratio in (True, False):
+        nested = [best_weight(rs[:i] + rs[i + 1:], opening) for i in range(len(rs))]  # no answer picks its own
+        nested_unratioed = [best_weight(rs[:i] + rs[i + 1:], opening, ratio=False) for i in range(len(rs))]
+        for with_ratio, weights in ((True, nested), (False, nested_unratioed)):
             for window in (None, 32):
-                got = {v: rest_weight_rmse(rs, v, with_ratio, window, opening) for v in REST_WEIGHTS}
+                got = {v: rest_weight_rmse(rs, v, with_ratio, window, opening, weights) for v in REST_WEIGHTS}
                 print(f"  the rest's prior against its own steps ({'ratio' if with_ratio else 'no ratio'}; "
                       f"predicting {'the rest of the answer' if window is None else f'the next {window} positions'}), "
                       "leave-one-prompt-out RMSE: " + ", ".join(f"{v}: {e:.4f}" for v, e in got.items())
                       + f"; the learner's rule (weight + {opening}): "
-                        f"{rest_weight_rmse(rs, None, with_ratio, window, opening):.4f}")
+                        f"{rest_weight_rmse(rs, None, with_ratio, window, opening, weights):.4f}")
         openings, rests = [1 - miss([x], 0, opening) for x in rs], [1 - miss([x], opening) for x in rs]
         print(f"  rank-1 rate per answer: opening sd {statistics.pstdev(openings):.3f}, rest sd "
               f"{statistics.pstdev(rests):.3f}, correlation {statistics.correlation(openings, rests):.2f}")
-        nested = [best_weight(rs[:i] + rs[i + 1:], opening) for i in range(len(rs))]  # no answer picks its own
-        nested_unratioed = [best_weight(rs[:i] + rs[i + 1:], opening, ratio=False) for i in range(len(rs))]
         for levels in (4, 5, 8):   # 8: the 8-node chain the hardware-aware plan picks for code on an AVX512 EPYC
             plain, drift, weighted, unratioed = [], [], [], []
             for i, x in enumerate(rs):

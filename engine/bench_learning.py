@@ -155,19 +155,19 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
     # keyed by the events observed so far: the Decoder asks once more before its first step
     # (check_fits), and the step's own request replaces that one
     predicted: dict[int, float] = {}
-    observed, replans_at = [0], []
+    events_seen, replans_at = [0], []
 
     def plan():
         tree = replan()
         if not learning.in_opening(learner.tokens, after):   # this step is one of the rest's
-            predicted[observed[0]] = tree.expected_tokens(learner.posterior)
+            predicted[events_seen[0]] = tree.expected_tokens(learner.posterior)
             replans_at[:] = replans_at or [replan.replans]
         return tree
 
     steps = []
     for event in generate(pair, prompt_ids, result.method, settings, plan=plan):
         replan.observe(event)   # before the next plan(): each tree depends on the past only
-        observed[0] += 1
+        events_seen[0] += 1
         steps += [event] if event.nodes else []
     _, rest = bench.split_at(steps, after)
     if not rest or len(rest) != len(predicted):
@@ -204,7 +204,7 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
             say(f"learning check T={temperature:g} {prompt.kind}: " + (row["note"] if err is None else
                 f"predicted {row['predicted_tokens_per_step']:.2f} vs observed {row['observed_tokens_per_step']:.2f} "
                 f"tok/step over the last {row['tokens_after']} tokens ({err:+.1%})"))
-            if getattr(config, "learning_check_running", False):
+            if config.learning_check_running:
                 row["running"] = running = run_running(pair, ids, result, settings, after)
                 say("  running (re-planned all along): " + (running["note"] if running["error"] is None else
                     f"mean prediction {running['predicted_tokens_per_step']:.2f} vs observed "
@@ -213,7 +213,7 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
     for replan in replanners if stored else ():
         replan.finish()
     return {"after": after, "tokens": tokens, "frozen": FROZEN.format(after=after), "evidence_stored": stored,
-            **({"running": RUNNING} if getattr(config, "learning_check_running", False) else {}),
+            **({"running": RUNNING} if config.learning_check_running else {}),
             "storage": ("stored after all check runs (--learn), so none of them, nor any other lane, "
                         "started from another check run's evidence" if stored
                         else "not stored (--no-learn)"),
