@@ -14,13 +14,13 @@ from engine.models import encode_prompt
 from engine.planning import table_for
 from engine.settings import Settings
 from engine.tree import Tree
-from tests.tiny import tiny_pair
+from tests.tiny import generator, ids_tensor, tiny_pair
 
 GREEDY_TOKENS = 48
 
 
 def greedy_reference(pair, ids, n):
-    out = pair.target.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False,
+    out = pair.target.generate(ids_tensor(pair, ids), max_new_tokens=n, do_sample=False,
                                eos_token_id=None, pad_token_id=0)
     return out[0, len(ids):].tolist()
 
@@ -137,7 +137,7 @@ def samples_until(pair, ids, method, settings, n, caught, every=250):
     caught(samples so far) holds (looked at every `every` samples, and at n). For the tests with
     teeth: a wrong verifier is usually caught long before n, and what they assert (caught within n
     samples) is unchanged."""
-    g = torch.Generator().manual_seed(settings.seed)
+    g = generator(pair, settings.seed)
     samples = []
     while len(samples) < n:
         samples += [generate_ids(pair, ids, method, settings, generator=g)[0]
@@ -195,7 +195,7 @@ def test_distribution_test_fails_for_a_wrong_verifier(dist_pair, monkeypatch):
     """The same test with the residual update removed must fail: the test has teeth."""
     def no_residual(p, q, children, generator):
         for position, token in enumerate(children):
-            r = float(torch.rand((), generator=generator, dtype=torch.float64))
+            r = float(torch.rand((), generator=generator, dtype=torch.float64, device=p.device))
             if r * float(q[token]) < float(p[token]):
                 return sampling.Verdict(position, None, [False] * position + [True])
         return sampling.Verdict(None, p.clone(), [False] * len(children))

@@ -12,13 +12,13 @@ import torch
 from engine import attention, methods, sampling
 from engine.decoding import Decoder, generate_ids
 from engine.errors import UserError
-from engine.models import encode_prompt, eos_ids, generation_defaults, load_pair
+from engine.models import encode_prompt, eos_ids, generation_defaults
 from engine.settings import Settings
 from engine.tree import Tree
 from tests.test_exactness import (DIST_CHARS, DIST_METHODS, assert_caches_hold, chi_square_pvalue,
                                   exact_two_token_distribution, fresh_logits, greedy_reference, shapes,
                                   samples_until, two_token_samples)
-from tests.tiny import MATRIX, REFUSED, WINDOW, save_pair, tiny_pair
+from tests.tiny import MATRIX, REFUSED, WINDOW, ids_tensor, load_tiny, save_pair, tiny_pair
 
 MATRIX_TOKENS = 20
 SLIDING = ("mistral", "gemma3", "gemma2")
@@ -54,7 +54,7 @@ def test_family_greedy_on_fast_cpu_kernels(family):
 def test_families_without_tree_attention_are_refused_at_load(family, tmp_path):
     draft, target = save_pair(tmp_path, family)
     with pytest.raises(UserError, match=REFUSED[family][1]):
-        load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="default")
+        load_tiny(draft, target)
 
 
 # ------------------------------------------------------------------ sliding windows
@@ -151,7 +151,7 @@ def test_target_distribution_is_what_generate_samples_from(topk_pair):
     pair = topk_pair
     ids = encode_prompt(pair, "abca", chat=False)
     for t, k, p in ((0.7, TOP_K, 1.0), (1.3, 3, 0.8), (1.0, 0, 0.9), (0.5, 4, 0.6)):
-        out = pair.target.generate(torch.tensor([ids]), max_new_tokens=1, do_sample=True, temperature=t, top_k=k,
+        out = pair.target.generate(ids_tensor(pair, ids), max_new_tokens=1, do_sample=True, temperature=t, top_k=k,
                                    top_p=p, output_scores=True, output_logits=True, return_dict_in_generate=True,
                                    eos_token_id=None, pad_token_id=0)
         want = torch.softmax(out.scores[0][0].double(), -1)
@@ -196,7 +196,7 @@ def test_stops_on_the_generation_config_eos_like_generate(tmp_path):
     """A checkpoint whose generation config names another EOS than its tokenizer: decoding stops
     where generate() stops, on the generation config's id only."""
     draft, target = save_pair(tmp_path, "llama")
-    base = load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="default")
+    base = load_tiny(draft, target)
     ids = encode_prompt(base, "hello world", chat=False)
     free = greedy_reference(base, ids, 40)
     stop = free[12]  # a token of the reference continuation, not the tokenizer's eos (0)
@@ -206,9 +206,9 @@ def test_stops_on_the_generation_config_eos_like_generate(tmp_path):
         config = GenerationConfig.from_pretrained(path)
         config.eos_token_id = stop
         config.save_pretrained(path)
-    pair = load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="default")
+    pair = load_tiny(draft, target)
     assert pair.eos_ids == frozenset({stop}) == eos_ids(pair.target, pair.tokenizer)
-    want = pair.target.generate(torch.tensor([ids]), max_new_tokens=40, do_sample=False, pad_token_id=0)
+    want = pair.target.generate(ids_tensor(pair, ids), max_new_tokens=40, do_sample=False, pad_token_id=0)
     want = want[0, len(ids):].tolist()
     assert want[-1] == stop and len(want) < 40
     for name in ("sequoia-planner", "chain-deep", "ar"):

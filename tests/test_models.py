@@ -110,3 +110,36 @@ def test_models_are_built_one_at_a_time_so_the_default_dtype_survives_parallel_l
         assert (first.result(), second.result()) == ("a", "b")
     assert not overlapped[0]
     assert torch.get_default_dtype() == torch.float32
+
+
+def test_a_hub_kernel_that_cannot_be_fetched_falls_back_to_pytorch_layers(tmp_path):
+    """transformers swaps layers for kernels from the hub on the model's device; offline, fetching
+    one fails inside the `kernels` package (seen on an H200 with a device map). The model then
+    loads with PyTorch's own layers; any other error stays an error."""
+    import types
+    from engine import models
+    fake = types.ModuleType("kernels._fetch")  # errors raised from code in the kernels package
+    exec("def fetch(name):\n    raise ValueError(f'Version 2 of {name!r} is not available in the local cache')",
+         fake.__dict__)
+    calls = []
+
+    class Loader:
+        @staticmethod
+        def from_pretrained(source, **kwargs):
+            calls.append(kwargs)
+            if kwargs.get("use_kernels") is not False:
+                fake.fetch("kernels-community/rotary")
+            return source
+
+    assert models._from_pretrained(Loader, str(tmp_path), dtype=torch.float32) == str(tmp_path)
+    assert [c.get("use_kernels") for c in calls] == [None, False] and calls[1]["dtype"] == torch.float32
+
+    class Broken:  # a ValueError from anywhere else is the checkpoint's problem: reported, not retried
+        @staticmethod
+        def from_pretrained(source, **kwargs):
+            calls.append(kwargs)
+            raise ValueError("not a causal LM")
+    calls.clear()
+    with pytest.raises(UserError, match="not a causal LM"):
+        models._from_pretrained(Broken, str(tmp_path))
+    assert len(calls) == 1

@@ -10,7 +10,7 @@ from engine.models import encode_prompt, load_pair, parse_max_memory
 from engine.settings import Settings
 from engine.tree import Tree
 from tests import test_exactness as ex
-from tests.tiny import tiny_pair, tiny_pair_dirs
+from tests.tiny import DEVICE, tiny_pair, tiny_pair_dirs
 
 TREES = {"sequoia": methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1, 1])),
          "specinfer": methods.specinfer(3, 4), "chain": methods.chain(5)}
@@ -18,9 +18,11 @@ TREES = {"sequoia": methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1, 1])),
 
 def offloaded(tmp_path, family="llama", **kwargs):
     draft, target = tiny_pair_dirs(family, **kwargs)
-    # a budget of a few KB of cpu memory forces nearly every layer of the target to disk
-    return load_pair(str(draft), str(target), device="cpu", target_device_map="auto",
-                     max_memory="cpu=100KB", offload_folder=str(tmp_path / "offload"))
+    # a budget of a few KB of cpu memory forces nearly every layer of the target to disk; on a GPU
+    # (SEQUOIA_TEST_DEVICE=cuda) as many as fit in a few KB of it go there first
+    memory = "cpu=100KB" if DEVICE == "cpu" else "gpu0=100KB,cpu=100KB"
+    return load_pair(str(draft), str(target), device=DEVICE, dtype="float32", target_device_map="auto",
+                     max_memory=memory, offload_folder=str(tmp_path / "offload"))
 
 
 def test_offloaded_target_really_is_on_disk(tmp_path):

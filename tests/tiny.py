@@ -3,6 +3,7 @@ loading code (engine.models.load_pair) is what the tests exercise. No hub, no do
 from __future__ import annotations
 
 import functools
+import os
 import tempfile
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from engine.models import load_pair
 EOS = "<eos>"
 PROSE_CHARS = "abcdefghijklmnopqrstuvwxyz .,"
 WINDOW = 16  # sliding window of the tiny mistral / gemma pairs: tests run past 3x this
+# SEQUOIA_TEST_DEVICE=cuda runs the model tests on a GPU (bench/gpu_checks.sh); CI runs them on the CPU.
+DEVICE = os.environ.get("SEQUOIA_TEST_DEVICE", "cpu")
 
 
 def make_tokenizer(chars: str) -> PreTrainedTokenizerFast:
@@ -117,6 +120,25 @@ def tiny_pair(family: str = "llama", chars: str = PROSE_CHARS, noise: float = 0.
               kernels: str = "default"):
     """kernels='fast': the CPU fast path (engine/cpu_kernels.py) on a pair stored as float16;
     'default': PyTorch's own float32 kernels."""
+    if kernels == "fast" and DEVICE != "cpu":
+        import pytest
+        pytest.skip("the fast kernels are the CPU's; on another device they are the default ones")
     stored = "float16" if kernels == "fast" else "float32"
     draft, target = tiny_pair_dirs(family, chars, noise, seed, stored)
-    return load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels=kernels)
+    return load_tiny(draft, target, cpu_kernels=kernels)
+
+
+def load_tiny(draft, target, **kwargs):
+    """load_pair on the test device, in float32 (the exactness tests compare against generate())."""
+    return load_pair(str(draft), str(target), **{"device": DEVICE, "dtype": "float32", "cpu_kernels": "default",
+                                                 **kwargs})
+
+
+def ids_tensor(pair, ids) -> torch.Tensor:
+    """A batch of one prompt on the pair's device, for the target's own generate()."""
+    return torch.tensor([ids], device=pair.target.device)
+
+
+def generator(pair, seed: int) -> torch.Generator:
+    """A seeded generator on the pair's device (the samplers draw on the device of the probabilities)."""
+    return torch.Generator(device=pair.device).manual_seed(seed)
