@@ -2,6 +2,7 @@
 that the pair can do exact tree decoding: same tokenizer, custom 4-D masks honoured."""
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -177,13 +178,20 @@ def _without_missing_hub_kernels(loader, source: str, **kwargs):
     except (OSError, ValueError) as exc:
         if "use_kernels" in kwargs or not _raised_in_hub_kernels(exc):
             raise
-        log.warning("hub kernels unavailable for %s (%s); loading it with PyTorch's own layers", source, exc)
-        return loader.from_pretrained(source, use_kernels=False, **kwargs)
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    # outside the except block: its traceback holds the first, fully loaded model
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    log.warning("hub kernels unavailable for %s (%s); loading it with PyTorch's own layers", source, reason)
+    return loader.from_pretrained(source, use_kernels=False, **kwargs)
 
 
 def _raised_in_hub_kernels(exc: BaseException) -> bool:
     """Whether the error (or one it was raised from) came out of the `kernels` package."""
-    while exc is not None:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
         if any(frame.f_globals.get("__name__", "").split(".")[0] == "kernels"
                for frame, _ in traceback.walk_tb(exc.__traceback__)):
             return True

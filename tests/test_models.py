@@ -134,6 +134,17 @@ def test_a_hub_kernel_that_cannot_be_fetched_falls_back_to_pytorch_layers(tmp_pa
     assert models._from_pretrained(Loader, str(tmp_path), dtype=torch.float32) == str(tmp_path)
     assert [c.get("use_kernels") for c in calls] == [None, False] and calls[1]["dtype"] == torch.float32
 
+    class Wrapping(Loader):  # the kernels error re-raised by transformers as another error
+        @staticmethod
+        def from_pretrained(source, **kwargs):
+            try:
+                return Loader.from_pretrained(source, **kwargs)
+            except ValueError as exc:
+                raise OSError("could not kernelize") from exc
+    calls.clear()
+    assert models._from_pretrained(Wrapping, str(tmp_path)) == str(tmp_path)
+    assert [c.get("use_kernels") for c in calls] == [None, False]
+
     class Broken:  # a ValueError from anywhere else is the checkpoint's problem: reported, not retried
         @staticmethod
         def from_pretrained(source, **kwargs):

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from engine import methods
 from engine.decoding import generate_ids
@@ -19,8 +20,9 @@ TREES = {"sequoia": methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1, 1])),
 def offloaded(tmp_path, family="llama", **kwargs):
     draft, target = tiny_pair_dirs(family, **kwargs)
     # a budget of a few KB of cpu memory forces nearly every layer of the target to disk; on a GPU
-    # (SEQUOIA_TEST_DEVICE=cuda) as many as fit in a few KB of it go there first
-    memory = "cpu=100KB" if DEVICE == "cpu" else "gpu0=100KB,cpu=100KB"
+    # (SEQUOIA_TEST_DEVICE=cuda) it gets as little, so the target is offloaded there too
+    gpu = torch.device(DEVICE)
+    memory = "cpu=100KB" if gpu.type == "cpu" else f"gpu{gpu.index or 0}=100KB,cpu=100KB"
     return load_pair(str(draft), str(target), device=DEVICE, dtype="float32", target_device_map="auto",
                      max_memory=memory, offload_folder=str(tmp_path / "offload"))
 
