@@ -10,7 +10,6 @@ Per step, with L committed tokens (the last one is the tree's root):
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -20,7 +19,7 @@ from engine import attention, sampling
 from engine.errors import UserError
 from engine.memory import check_fits
 from engine.methods import Method
-from engine.models import ModelPair
+from engine.models import ModelPair, synced_clock
 from engine.settings import Settings
 from engine.tree import Tree
 
@@ -75,17 +74,6 @@ class StepEvent:
         return self.draft_seconds + self.verify_seconds + self.other_seconds
 
 
-class _Clock:
-    """Wall time that waits for the GPU, so draft/verify splits are honest on CUDA."""
-
-    def __init__(self, device: torch.device):
-        self.sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
-    def now(self) -> float:
-        self.sync()
-        return time.perf_counter()
-
-
 @dataclass
 class _DraftedTree:
     tree: Tree
@@ -108,7 +96,7 @@ class Decoder:
         self.generator = generator or make_generator(pair.device, settings.seed)
         # probabilities are float64, which MPS lacks: do that maths on the CPU there
         self.prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
-        self.clock = _Clock(pair.device)
+        self.now = synced_clock(pair.device)  # draft/verify splits honest on CUDA
         self.prefilled = prefilled is not None
         self.target_cache, self.draft_cache = prefilled or (attention.new_cache(pair.target),
                                                              attention.new_cache(pair.draft))
@@ -124,7 +112,7 @@ class Decoder:
             raise UserError(f"the prompt has {len(seq)} tokens but the models' context holds {pair.context_limit}; "
                             "shorten the prompt")
         check_fits(pair, min(len(seq) + s.max_new_tokens, pair.context_limit), self.plan().size)
-        t0 = self.clock.now()
+        t0 = self.now()
         if self.prefilled:
             held = (self.target_cache.get_seq_length(), self.draft_cache.get_seq_length())
             if held != (len(seq) - 1, len(seq) - 1):
@@ -135,7 +123,7 @@ class Decoder:
             if self.method.uses_draft:
                 attention.forward_causal(pair.draft, self.draft_cache, seq[:-1])
                 self.draft_len = len(seq) - 1
-        prefill = self.clock.now() - t0
+        prefill = self.now() - t0
         generated: list[int] = []
         totals = {"steps": 0, "seconds": 0.0}
         text = ""
@@ -182,20 +170,20 @@ class Decoder:
     def step(self, seq: list[int], tree: Tree) -> dict:
         """One draft-verify-commit step on caches that hold seq[:-1] (target) and a prefix of seq
         (draft). Returns the StepEvent fields plus new_ids and finish; seq itself is not changed."""
-        t_start = self.clock.now()
+        t_start = self.now()
         drafted = self._draft(seq, tree)
-        t_drafted = self.clock.now()
+        t_drafted = self.now()
         base = len(seq) - 1
         visible = attention.tree_visibility(base, tree.ancestor_mask, list(range(tree.size)),
                                             list(range(tree.size)), self.pair.device)
         positions = [base + d for d in tree.depth_of]
         logits = attention.forward(self.pair.target, self.target_cache, drafted.tokens, positions, visible)
         logits = logits.to(self.prob_device)
-        t_verified = self.clock.now()
+        t_verified = self.now()
         walk = self._walk(drafted, logits)
         self._commit(base, drafted, walk["path"])
         nodes = self._records(drafted, walk)
-        t_end = self.clock.now()
+        t_end = self.now()
         return {"nodes": nodes, "accepted_path": walk["path"], "accepted_ranks": [tree.rank[i] for i in walk["path"][1:]],
                 "draft_seconds": t_drafted - t_start, "verify_seconds": t_verified - t_drafted,
                 "other_seconds": t_end - t_verified,

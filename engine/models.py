@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -113,6 +114,21 @@ def resolve_device(device: str | None) -> torch.device:
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise UserError("device 'mps' asked for, but MPS is not available here")
     return dev
+
+
+def synced_clock(device: torch.device | str):
+    """A perf_counter that first waits for the GPU work queued so far, so that timings cover the
+    work and not only its launch. It waits on every CUDA device: a device map can spread a model
+    over several, and a bare synchronize() waits for the current device only (cuda:0 unless set)."""
+    if torch.device(device).type != "cuda":
+        return time.perf_counter
+    devices = range(torch.cuda.device_count())
+
+    def now() -> float:
+        for index in devices:
+            torch.cuda.synchronize(index)
+        return time.perf_counter()
+    return now
 
 
 def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:

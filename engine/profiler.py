@@ -22,7 +22,7 @@ from engine import attention, methods
 from engine import cpu_kernels as cpu_kernels_mod
 from engine.decoding import Decoder, generate
 from engine.errors import UserError
-from engine.models import ModelPair, encode_prompt
+from engine.models import ModelPair, encode_prompt, synced_clock
 from engine.paths import cache_dir
 from engine.settings import Settings
 from engine.tree import Tree
@@ -455,12 +455,7 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     if not 1 <= max_budget <= 1024:
         raise UserError(f"max budget must be between 1 and 1024 (got {max_budget})")
     prefix_tokens = max(1, min(prefix_tokens, pair.context_limit - max_budget - 1))
-    sync = torch.cuda.synchronize if pair.device.type == "cuda" else (lambda: None)
-
-    def clock():
-        sync()
-        return time.perf_counter()
-
+    clock = synced_clock(pair.device)
     vocab = pair.vocab_size
     prefix = [(31 * i + 11) % vocab for i in range(prefix_tokens)]
     target_grid, draft_grid = profile_grid(max_budget), profile_grid(max_width or max_budget)

@@ -154,3 +154,16 @@ def test_a_hub_kernel_that_cannot_be_fetched_falls_back_to_pytorch_layers(tmp_pa
     with pytest.raises(UserError, match="not a causal LM"):
         models._from_pretrained(Broken, str(tmp_path))
     assert len(calls) == 1
+
+
+def test_the_synced_clock_waits_for_every_cuda_device(monkeypatch):
+    """Timings on CUDA must cover the queued work on every GPU a device map may use, not only the
+    current one; on a CPU the clock is perf_counter itself."""
+    import time
+    from engine.models import synced_clock
+    assert synced_clock("cpu") is time.perf_counter
+    waited = []
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: waited.append(index))
+    now = synced_clock(torch.device("cuda", 1))
+    assert isinstance(now(), float) and waited == [0, 1, 2]

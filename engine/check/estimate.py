@@ -9,8 +9,8 @@ import math
 from engine import attention
 from engine.check.config import MAX_AUTO_SAMPLES, MIN_AUTO_SAMPLES, CheckConfig, prompt_ids
 from engine.check.report import CheckEstimate
-from engine.check.stepping import Prefilled, seeded_generator, synced_clock
-from engine.models import ModelPair
+from engine.check.stepping import Prefilled, seeded_generator
+from engine.models import ModelPair, synced_clock
 from engine.settings import Settings
 
 
@@ -25,7 +25,7 @@ def estimate_check(pair: ModelPair, config: CheckConfig | None = None) -> CheckE
 
 def estimate_for_prompts(pair: ModelPair, config: CheckConfig, prompts: list[list[int]]) -> CheckEstimate:
     """estimate_check on prompts already encoded (run_check encodes them once for both)."""
-    now = synced_clock(pair)
+    now = synced_clock(pair.device)
     start = now()
     check_methods = config.resolved_methods()
     ids = prompts[0]

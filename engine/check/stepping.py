@@ -3,7 +3,6 @@ generators, and a clock that waits for the GPU."""
 from __future__ import annotations
 
 import copy
-import time
 
 import torch
 
@@ -19,16 +18,6 @@ def seeded_generator(pair: ModelPair, seed: int) -> torch.Generator:
     g = torch.Generator(device=pair.device if pair.device.type != "mps" else "cpu")
     g.manual_seed(int(seed) % (2**63))
     return g
-
-
-def synced_clock(pair: ModelPair):
-    """perf_counter after waiting for queued CUDA work, so that timings cover the work."""
-    sync = torch.cuda.synchronize if pair.device.type == "cuda" else (lambda: None)
-
-    def now() -> float:
-        sync()
-        return time.perf_counter()
-    return now
 
 
 class Prefilled:
