@@ -96,7 +96,7 @@ class Decoder:
         self.generator = generator or make_generator(pair.device, settings.seed)
         # probabilities are float64, which MPS lacks: do that maths on the CPU there
         self.prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
-        self.now = synced_clock(pair.device)  # draft/verify splits honest on CUDA
+        self.now = synced_clock(pair)  # draft/verify splits honest on CUDA
         self.prefilled = prefilled is not None
         self.target_cache, self.draft_cache = prefilled or (attention.new_cache(pair.target),
                                                              attention.new_cache(pair.draft))

@@ -116,13 +116,17 @@ def resolve_device(device: str | None) -> torch.device:
     return dev
 
 
-def synced_clock(device: torch.device | str):
+def synced_clock(pair: ModelPair):
     """A perf_counter that first waits for the GPU work queued so far, so that timings cover the
-    work and not only its launch. It waits on every CUDA device: a device map can spread a model
-    over several, and a bare synchronize() waits for the current device only (cuda:0 unless set)."""
-    if torch.device(device).type != "cuda":
+    work and not only its launch. It waits on every CUDA device the pair runs on: a device map can
+    spread a model over several, and a bare synchronize() waits for the current device only
+    (cuda:0 unless set). Devices the pair does not use are left alone (a wait there would create a
+    CUDA context on them)."""
+    places = {torch.device(pair.device)} | {p.device for m in (pair.draft, pair.target) for p in m.parameters()}
+    devices = sorted({d.index if d.index is not None else torch.cuda.current_device()
+                      for d in places if d.type == "cuda"})
+    if not devices:
         return time.perf_counter
-    devices = range(torch.cuda.device_count())
 
     def now() -> float:
         for index in devices:

@@ -455,7 +455,7 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
     if not 1 <= max_budget <= 1024:
         raise UserError(f"max budget must be between 1 and 1024 (got {max_budget})")
     prefix_tokens = max(1, min(prefix_tokens, pair.context_limit - max_budget - 1))
-    clock = synced_clock(pair.device)
+    clock = synced_clock(pair)
     vocab = pair.vocab_size
     prefix = [(31 * i + 11) % vocab for i in range(prefix_tokens)]
     target_grid, draft_grid = profile_grid(max_budget), profile_grid(max_width or max_budget)

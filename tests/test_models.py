@@ -156,14 +156,21 @@ def test_a_hub_kernel_that_cannot_be_fetched_falls_back_to_pytorch_layers(tmp_pa
     assert len(calls) == 1
 
 
-def test_the_synced_clock_waits_for_every_cuda_device(monkeypatch):
-    """Timings on CUDA must cover the queued work on every GPU a device map may use, not only the
-    current one; on a CPU the clock is perf_counter itself."""
+def test_the_synced_clock_waits_for_every_cuda_device_the_pair_uses(monkeypatch):
+    """Timings on CUDA must cover the queued work on every GPU the pair's models sit on (a device
+    map may spread them), not only the current device, and leave other GPUs alone; on a CPU the
+    clock is perf_counter itself."""
     import time
+    from types import SimpleNamespace
     from engine.models import synced_clock
-    assert synced_clock("cpu") is time.perf_counter
+
+    def model_on(*devices):
+        return SimpleNamespace(parameters=lambda: [SimpleNamespace(device=torch.device(d)) for d in devices])
+    cpu_pair = SimpleNamespace(device=torch.device("cpu"), draft=model_on("cpu"), target=model_on("cpu", "meta"))
+    assert synced_clock(cpu_pair) is time.perf_counter
     waited = []
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: waited.append(index))
-    now = synced_clock(torch.device("cuda", 1))
-    assert isinstance(now(), float) and waited == [0, 1, 2]
+    pair = SimpleNamespace(device=torch.device("cuda", 1), draft=model_on("cuda:1"),
+                           target=model_on("cuda:1", "cuda:3", "cpu", "meta"))
+    now = synced_clock(pair)
+    assert isinstance(now(), float) and waited == [1, 3]

@@ -25,7 +25,7 @@ def estimate_check(pair: ModelPair, config: CheckConfig | None = None) -> CheckE
 
 def estimate_for_prompts(pair: ModelPair, config: CheckConfig, prompts: list[list[int]]) -> CheckEstimate:
     """estimate_check on prompts already encoded (run_check encodes them once for both)."""
-    now = synced_clock(pair.device)
+    now = synced_clock(pair)
     start = now()
     check_methods = config.resolved_methods()
     ids = prompts[0]
