@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The checks that need a CUDA GPU, in one run: synthetic profiles of realistic sizes in bfloat16
 # (engine/synthetic.py) with the hardware-aware tree each implies, on an idle machine, then the
-# exactness tests on the GPU (tests/test_exactness.py, test_families.py, test_offload.py with
-# SEQUOIA_TEST_DEVICE=cuda: greedy equality with generate() for every method and model family, the
-# chi-square sampling tests, a target offloaded by accelerate's device map).
+# exactness tests on the GPU (tests/test_exactness.py, test_families.py, test_offload.py and
+# test_check.py with SEQUOIA_TEST_DEVICE=cuda: greedy equality with generate() for every method and
+# model family, the chi-square sampling tests, a target offloaded by accelerate's device map, and
+# the `engine check` self-check).
 # Usage: bash bench/gpu_checks.sh [OUT_DIR]   (default bench/gpu; exit status: pytest's)
 # On one H200 (2026-12-04) the profiles took 1.5 minutes; greedy tests finish in seconds there,
 # but some chi-square tests (1000-1500 two-token samples, one decode each) ran past 2 minutes, so
@@ -46,7 +47,7 @@ done 2>&1 | tee "$OUT/profiles-cuda.txt"
   # test is about the app's UI (gradio), not the GPU
   SEQUOIA_TEST_DEVICE=cuda timeout -k 60 -s INT "$TEST_SECONDS" $PY -m pytest -p no:cacheprovider -v --tb=short \
     -rfEs -m "slow or not slow" --timeout 600 -n "${TEST_WORKERS:-8}" \
-    tests/test_exactness.py tests/test_families.py tests/test_offload.py \
+    tests/test_exactness.py tests/test_families.py tests/test_offload.py tests/test_check.py \
     --deselect tests/test_families.py::test_generation_defaults_as_generate_resolves_them
   status=$?
   echo "pytest exit status $status"

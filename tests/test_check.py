@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine import attention, check, cli, sampling
-from tests.tiny import tiny_pair, tiny_pair_dirs
+from tests.tiny import DEVICE, tiny_pair, tiny_pair_dirs
 
 PAIR = dict(family="llama", chars="abcde", noise=0.8, seed=3)  # vocab 7; a draft far from the target
 PROMPTS = ["abca", "bead"]
@@ -117,7 +117,7 @@ def draft_as_target(p, q, children, generator):
 def no_residual(p, q, children, generator):
     """Broken: the residual is never updated after a rejection (the bonus comes from p)."""
     for position, token in enumerate(children):
-        r = float(torch.rand((), generator=generator, dtype=torch.float64))
+        r = float(torch.rand((), generator=generator, dtype=torch.float64, device=p.device))
         if r * float(q[token]) < float(p[token]):
             return sampling.Verdict(position, None, [False] * position + [True])
     return sampling.Verdict(None, p.clone(), [False] * len(children))
@@ -171,7 +171,9 @@ def test_cli_json_and_exit_status(tmp_path, capsys):
     draft, target = tiny_pair_dirs(**PAIR)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("abca\nbead\n")
+    # on the test device in float32 (on a GPU 'auto' would load bfloat16, where near ties are WARNs)
     code = cli.main(["check", "--draft", str(draft), "--target", str(target), "--prompts", str(prompts),
+                     "--device", DEVICE, "--dtype", "float32",
                      "--methods", "chain", "--samples", "40", "--greedy-tokens", "6", "--json"])
     out = capsys.readouterr()
     assert code == 0, out.err
