@@ -155,20 +155,23 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
     # keyed by the events observed so far: the Decoder asks once more before its first step
     # (check_fits), and the step's own request replaces that one
     predicted: dict[int, float] = {}
-    events_seen, replans_at = [0], []
+    events_seen, replans_before_rest = 0, None
 
     def plan():
+        nonlocal replans_before_rest
         tree = replan()
         if not learning.in_opening(learner.tokens, after):   # this step is one of the rest's
-            predicted[events_seen[0]] = tree.expected_tokens(learner.posterior)
-            replans_at[:] = replans_at or [replan.replans]
+            predicted[events_seen] = tree.expected_tokens(learner.posterior)
+            if replans_before_rest is None:
+                replans_before_rest = replan.replans
         return tree
 
     steps = []
     for event in generate(pair, prompt_ids, result.method, settings, plan=plan):
         replan.observe(event)   # before the next plan(): each tree depends on the past only
-        events_seen[0] += 1
-        steps += [event] if event.nodes else []
+        events_seen += 1
+        if event.nodes:
+            steps.append(event)
     _, rest = bench.split_at(steps, after)
     if not rest or len(rest) != len(predicted):
         return {"error": None, "note": f"{len(rest)} steps after the boundary, {len(predicted)} predicted"}
@@ -179,7 +182,7 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
     return {"predicted_tokens_per_step": mean_predicted, "observed_tokens_per_step": observed,
             "error": mean_predicted / observed - 1, "first_prediction": predicted[0], "steps_after": len(rest),
             "step_predictions": predicted, "step_yields_after": yields,
-            "replans_after": replan.replans - replans_at[0],   # those made for the rest's steps
+            "replans_after": replan.replans - replans_before_rest,   # those made for the rest's steps
             "tree_changes_after": sum(a != b for a, b in zip(trees, trees[1:]))}
 
 

@@ -12,6 +12,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -69,6 +70,14 @@ class ModelPair:
                 "eos_ids": sorted(self.eos_ids), "kv_window": self.kv_window,
                 "generation_defaults": generation_defaults(self.target)}
 
+    @cached_property
+    def cuda_devices(self) -> tuple[int, ...]:
+        """The CUDA devices (indices) the pair's models sit on; a device map can use several.
+        Found once per pair: a decoder is built for every run, and the scan reads every parameter."""
+        places = {torch.device(self.device)} | {p.device for m in (self.draft, self.target) for p in m.parameters()}
+        return tuple(sorted({d.index if d.index is not None else torch.cuda.current_device()
+                             for d in places if d.type == "cuda"}))
+
     @property
     def cpu_kernels_mode(self) -> str:
         """'fast' when either model runs on packed CPU kernels, else 'default'."""
@@ -118,13 +127,10 @@ def resolve_device(device: str | None) -> torch.device:
 
 def synced_clock(pair: ModelPair):
     """A perf_counter that first waits for the GPU work queued so far, so that timings cover the
-    work and not only its launch. It waits on every CUDA device the pair runs on: a device map can
-    spread a model over several, and a bare synchronize() waits for the current device only
-    (cuda:0 unless set). Devices the pair does not use are left alone (a wait there would create a
-    CUDA context on them)."""
-    places = {torch.device(pair.device)} | {p.device for m in (pair.draft, pair.target) for p in m.parameters()}
-    devices = sorted({d.index if d.index is not None else torch.cuda.current_device()
-                      for d in places if d.type == "cuda"})
+    work and not only its launch. It waits on every CUDA device the pair runs on (pair.cuda_devices):
+    a bare synchronize() waits for the current device only (cuda:0 unless set). Devices the pair
+    does not use are left alone (a wait there would create a CUDA context on them)."""
+    devices = pair.cuda_devices
     if not devices:
         return time.perf_counter
 

@@ -9,12 +9,12 @@ from scipy.stats import chisquare
 from transformers import DynamicCache
 
 from engine import attention, methods, sampling
-from engine.decoding import Decoder, generate_ids
+from engine.decoding import Decoder, generate_ids, make_generator
 from engine.models import encode_prompt
 from engine.planning import table_for
 from engine.settings import Settings
 from engine.tree import Tree
-from tests.tiny import generator, ids_tensor, tiny_pair
+from tests.tiny import ids_tensor, tiny_pair
 
 GREEDY_TOKENS = 48
 
@@ -137,7 +137,7 @@ def samples_until(pair, ids, method, settings, n, caught, every=250):
     caught(samples so far) holds (looked at every `every` samples, and at n). For the tests with
     teeth: a wrong verifier is usually caught long before n, and what they assert (caught within n
     samples) is unchanged."""
-    g = generator(pair, settings.seed)
+    g = make_generator(pair.device, settings.seed)
     samples = []
     while len(samples) < n:
         samples += [generate_ids(pair, ids, method, settings, generator=g)[0]

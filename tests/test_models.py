@@ -162,15 +162,18 @@ def test_the_synced_clock_waits_for_every_cuda_device_the_pair_uses(monkeypatch)
     clock is perf_counter itself."""
     import time
     from types import SimpleNamespace
-    from engine.models import synced_clock
+    from engine.models import ModelPair, synced_clock
 
     def model_on(*devices):
         return SimpleNamespace(parameters=lambda: [SimpleNamespace(device=torch.device(d)) for d in devices])
-    cpu_pair = SimpleNamespace(device=torch.device("cpu"), draft=model_on("cpu"), target=model_on("cpu", "meta"))
-    assert synced_clock(cpu_pair) is time.perf_counter
+
+    def pair_of(device, draft, target):
+        return ModelPair(draft=draft, target=target, tokenizer=None, draft_name="d", target_name="t",
+                         device=torch.device(device), dtype=torch.float32, eos_ids=frozenset(), context_limit=8,
+                         vocab_size=4)
+    assert synced_clock(pair_of("cpu", model_on("cpu"), model_on("cpu", "meta"))) is time.perf_counter
     waited = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda index=None: waited.append(index))
-    pair = SimpleNamespace(device=torch.device("cuda", 1), draft=model_on("cuda:1"),
-                           target=model_on("cuda:1", "cuda:3", "cpu", "meta"))
+    pair = pair_of("cuda:1", model_on("cuda:1"), model_on("cuda:1", "cuda:3", "cpu", "meta"))
     now = synced_clock(pair)
-    assert isinstance(now(), float) and waited == [1, 3]
+    assert isinstance(now(), float) and waited == [1, 3] and pair.cuda_devices == (1, 3)

@@ -138,7 +138,3 @@ def ids_tensor(pair, ids) -> torch.Tensor:
     """A batch of one prompt on the pair's device, for the target's own generate()."""
     return torch.tensor([ids], device=pair.target.device)
 
-
-def generator(pair, seed: int) -> torch.Generator:
-    """A seeded generator on the pair's device (the samplers draw on the device of the probabilities)."""
-    return torch.Generator(device=pair.device).manual_seed(seed)

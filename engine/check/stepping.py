@@ -1,5 +1,5 @@
-"""Engine steps for the check: single speculative steps from caches prefilled once per prefix, seeded
-generators, and a clock that waits for the GPU."""
+"""Engine steps for the check: single speculative steps from caches prefilled once per prefix, and
+seeded generators (the clock that waits for the GPU is engine.models.synced_clock)."""
 from __future__ import annotations
 
 import copy
@@ -7,7 +7,7 @@ import copy
 import torch
 
 from engine import attention
-from engine.decoding import Decoder
+from engine.decoding import Decoder, make_generator
 from engine.methods import Method
 from engine.models import ModelPair
 from engine.settings import Settings
@@ -15,9 +15,7 @@ from engine.settings import Settings
 
 def seeded_generator(pair: ModelPair, seed: int) -> torch.Generator:
     """A generator on the pair's device (CPU for MPS) seeded with `seed`."""
-    g = torch.Generator(device=pair.device if pair.device.type != "mps" else "cpu")
-    g.manual_seed(int(seed) % (2**63))
-    return g
+    return make_generator(pair.device, int(seed) % (2**63))
 
 
 class Prefilled:
