@@ -110,6 +110,7 @@ class BenchConfig:
     learning_check_after: int = LEARN_AFTER           # the boundary (generated tokens)
     learning_check_prompts: int = 1                   # check runs per prompt kind (the first of each)
     learning_check_running: bool = False              # also a run per prompt that keeps re-planning
+    learning_check_repeat: bool = False               # also a second run per prompt remembering the first
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -584,6 +585,9 @@ DEFINITIONS = {
                               "prompt that keeps re-planning: the mean over the rest's steps of each step's tree's "
                               "F under the posterior before that step, over the rest's observed tokens/step, minus 1 "
                               "(engine/bench_learning.py run_running; its evidence is not stored)",
+    "learning_check_repeat": "--learning-check-repeat: learning_check.runs[].repeat, a second frozen run of each "
+                             "check prompt (another seed) whose learner remembers the first run's opening and "
+                             "rest (engine/prompt_memory.py), judged as the first; its evidence is not stored",
     "observed_costs": "machine.observed_costs: t(n)/t(1) and the draft's seconds per level over t(1) read off this "
                       "run's interleaved lanes (verify seconds per step by tree size; chains' draft seconds per "
                       "level), beside the device profile's",

@@ -35,12 +35,19 @@ NOT frozen (RUNNING, run_running): learning re-plans all along, as a Live run do
 after the boundary is predicted by its own tree under the posterior of the steps before it. The
 rest's mean prediction against its observed tokens/step is a one-step-ahead (prequential) test
 of learning: each prediction is made before its step runs, but later ones have seen more of the
-rest than the frozen check's one prediction. Its evidence is never stored."""
+rest than the frozen check's one prediction. Its evidence is never stored.
+
+With --learning-check-repeat each prompt runs a second time, frozen like the first, with the seed
+plus REPEAT_SEED (at T > 0 another answer to the same prompt; at T = 0 the same answer), its
+learner remembering the first run's opening and rest (engine/prompt_memory.py, in memory: the
+store on disk is neither read nor written): what a user's second run of a prompt gets. Its
+evidence is never stored."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
-from engine import bench, bench_goals, learning, planning
+from engine import bench, bench_goals, learning, planning, prompt_memory
 from engine import methods as M
 from engine.decoding import generate
 from engine.models import encode_prompt
@@ -55,6 +62,9 @@ FROZEN = ("the tree is frozen at the first step boundary at or after {after} gen
 RUNNING = ("with --learning-check-running, a second run of each prompt that keeps re-planning (a Live run): "
            "each step after the boundary predicted by its own tree under the posterior of the steps before it; "
            "the rest's mean prediction over its observed tokens/step")
+REPEAT = ("with --learning-check-repeat, a second frozen run of each prompt (seed + {seed}: at T = 0 the same "
+          "answer) remembering what the first run observed, its opening and its rest (engine/prompt_memory.py)")
+REPEAT_SEED = 1000
 
 
 def check_prompts(prompts: list[Prompt], per_kind: int = 1) -> list[tuple[Prompt, int | None]]:
@@ -88,9 +98,11 @@ def learning_plan(pair, config, settings: Settings, vec, prof, prompt: str | Non
                                domain=domain)
 
 
-def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int):
-    """One learning run frozen at the boundary: (row of figures, the Replanner holding its evidence)."""
-    replan = planning.Replanner(pair, result, settings, learn=True, opening=after)
+def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int,
+            memory: prompt_memory.Remembered | None = None):
+    """One learning run frozen at the boundary: (row of figures, the Replanner holding its evidence).
+    `memory`: what earlier runs of the prompt observed (--learning-check-repeat)."""
+    replan = planning.Replanner(pair, result, settings, learn=True, opening=after, memory=memory)
     learner = replan.learner
     frozen = {}
 
@@ -137,7 +149,7 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
                error=predicted / observed - 1, positions_behind_posterior=positions,
                rest_over_opening=rest["rest_over_opening"], rest_prior_weight=rest["rest_prior_weight"],
                rest_drift_kernels=rest["rest_drift_kernels"],
-               posterior=frozen["posterior"], replans_before_freeze=frozen["replans"],
+               remembered=learner.state()["remembered"], posterior=frozen["posterior"], replans_before_freeze=frozen["replans"],
                replans_after_freeze=replan.replans - frozen["replans"],
                tree_changes_after_freeze=sum(a != b for a, b in zip(trees, trees[1:])),
                frozen_tree={"nodes": tree.size, "depth": tree.depth, "parents": list(tree.parents)})
@@ -186,6 +198,18 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
             "tree_changes_after": sum(a != b for a, b in zip(trees, trees[1:]))}
 
 
+def run_repeat(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int,
+               first: learning.Learner | None) -> dict:
+    """The prompt's second run (REPEAT): frozen like the first, another seed, remembering the first
+    run's opening and rest."""
+    if first is None:
+        return {"error": None, "note": "no learning: the plan drafts nothing"}
+    memory = prompt_memory.Remembered(first.head, first.tail, 1)
+    again = replace(settings, seed=settings.seed + REPEAT_SEED)
+    row, _ = run_one(pair, prompt_ids, result, again, after, memory=memory)
+    return row
+
+
 def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=print, costs: dict | None = None) -> dict:
     """Every (temperature, kind) run; `vectors` maps each bench temperature to its acceptance vector,
     `costs` (optional) to the corrected costs to plan with there (engine/observed.py), else `prof`."""
@@ -212,11 +236,17 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
                 say("  running (re-planned all along): " + (running["note"] if running["error"] is None else
                     f"mean prediction {running['predicted_tokens_per_step']:.2f} vs observed "
                     f"{running['observed_tokens_per_step']:.2f} tok/step ({running['error']:+.1%})"))
+            if config.learning_check_repeat:
+                row["repeat"] = again = run_repeat(pair, ids, result, settings, after, replan.learner)
+                say("  repeated, remembering the first run: " + (again["note"] if again["error"] is None else
+                    f"predicted {again['predicted_tokens_per_step']:.2f} vs observed "
+                    f"{again['observed_tokens_per_step']:.2f} tok/step ({again['error']:+.1%})"))
     stored = bool(config.learn)
     for replan in replanners if stored else ():
         replan.finish()
     return {"after": after, "tokens": tokens, "frozen": FROZEN.format(after=after), "evidence_stored": stored,
             **({"running": RUNNING} if config.learning_check_running else {}),
+            **({"repeat": REPEAT.format(seed=REPEAT_SEED)} if config.learning_check_repeat else {}),
             "storage": ("stored after all check runs (--learn), so none of them, nor any other lane, "
                         "started from another check run's evidence" if stored
                         else "not stored (--no-learn)"),
@@ -260,6 +290,13 @@ def format_check(check: dict | None) -> str:
                          f"tok/step over {running['steps_after']} steps ({running['error']:+.1%}); "
                          f"{running['replans_after']} re-plans and {running['tree_changes_after']} tree changes "
                          "after the boundary"))
+        again = r.get("repeat")
+        if again:
+            lines.append("      repeated, remembering the first run: " + (again["note"] if again["error"] is None else
+                         f"predicted {again['predicted_tokens_per_step']:.2f} vs observed "
+                         f"{again['observed_tokens_per_step']:.2f}{_interval(again)} tok/step over the last "
+                         f"{again['tokens_after']} tokens ({again['error']:+.1%}); "
+                         f"{(again.get('remembered') or {}).get('positions', 0)} positions remembered"))
     lines += _tallies(groups)
     return "\n".join(lines)
 
@@ -288,9 +325,11 @@ def _tallies(groups: dict[tuple[float, str], list[dict]]) -> list[str]:
                 + "; inside the rest's own 95 % interval: " + ", ".join(
                 f"{kind} {sum(inside_interval(r) is True for r in rs)} of "
                 f"{sum(inside_interval(r) is not None for r in rs)}" for kind, rs in kinds))
-            ran = [(kind, [r["running"] for r in rs if (r.get("running") or {}).get("error") is not None])
-                   for kind, rs in kinds]
-            if any(rs for _, rs in ran):
-                out.append(f"  T={t:g} running: within 10 %: " + ", ".join(
-                    f"{kind} {sum(bench_goals.learning_met(r['error']) for r in rs)} of {len(rs)}" for kind, rs in ran))
+            for part, name in (("running", "running"), ("repeat", "repeated")):
+                ran = [(kind, [r[part] for r in rs if (r.get(part) or {}).get("error") is not None])
+                       for kind, rs in kinds]
+                if any(rs for _, rs in ran):
+                    out.append(f"  T={t:g} {name}: within 10 %: " + ", ".join(
+                        f"{kind} {sum(bench_goals.learning_met(r['error']) for r in rs)} of {len(rs)}"
+                        for kind, rs in ran))
     return out

@@ -117,7 +117,7 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
     ctx.worker.note_plan(result, settings)
     yield Note("plan", result)
     method = result.method
-    replan = Replanner(pair, result, settings, user=plan, learn=learn)
+    replan = Replanner(pair, result, settings, user=plan, learn=learn, prompt_ids=ids)
     events = []
     for event in Decoder(pair, method, settings, plan=replan).run(ids, should_stop=ctx.should_stop):
         events.append(event)
@@ -168,7 +168,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
         events = run.events
         if not events:
             continue
-        learner = learner_for(pair, result, settings) if learn else None
+        learner = learner_for(pair, result, settings, prompt_ids=ids) if learn else None
         if learner is not None:
             for event in events:
                 learner.observe(event)

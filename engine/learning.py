@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine import answer_drift
+from engine import answer_drift, prompt_memory
 from engine.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -283,17 +283,27 @@ class Learner:
     evidence), absorbs each StepEvent, and says when the posterior moved enough to re-plan.
     With `drift` (answer_drift.drift_for), once `opening` tokens were generated the posterior is
     for the rest of the answer (rest_posterior). `record()` at the end adds the run's evidence to
-    the store under `key`."""
+    the store under `key`.
+
+    With `memory` (engine/prompt_memory.py: what earlier runs of this prompt observed) its
+    openings count as evidence of this run's opening and its rests as evidence of this rest:
+    in the opening the posterior is pooled(start, memory.head + head); past it
+    rest_posterior(start, head, memory.tail + tail, drift), so the rest's prior (the drifted
+    opening, worth w' + this run's opening trials) is updated by every rest of this prompt seen so
+    far; without a drift, pooled(start, all of memory + all of the run). `prompt_digest` names the
+    prompt: record() then adds this run's opening and rest to its memory."""
 
     def __init__(self, start: list[float], key: str | None = None, meta: dict | None = None,
                  base: list[float] | None = None, weight: float = PRIOR_WEIGHT,
-                 drift: answer_drift.Drift | None = None, opening: int | None = None):
+                 drift: answer_drift.Drift | None = None, opening: int | None = None,
+                 memory: "prompt_memory.Remembered | None" = None, prompt_digest: str | None = None):
         self.start, self.key, self.meta, self.weight = list(start), key, meta or {}, weight
         self.base = list(base) if base is not None else list(start)   # the measured/interpolated vector
         self.drift, self.opening = drift, answer_drift.OPENING if opening is None else opening
         self.head, self.tail = Evidence(), Evidence()   # the run's evidence in the opening / after it
         self.tokens = 0                                 # generated tokens observed so far
         self.planned_with = list(start)   # the vector the current tree was planned from
+        self.memory, self.prompt_digest = memory, prompt_digest
 
     def observe(self, event) -> None:
         ev = step_evidence(event)
@@ -313,9 +323,18 @@ class Learner:
         return self.drift is not None and not in_opening(self.tokens, self.opening)
 
     @property
+    def has_evidence(self) -> bool:
+        """Whether anything beyond the start backs the posterior (this run's steps, or memory)."""
+        return self.run.nodes > 0 or self.memory is not None
+
+    @property
     def posterior(self) -> list[float]:
-        return rest_posterior(self.start, self.head, self.tail, self.drift if self.past_opening else None,
-                              self.weight)
+        head, tail, memory = self.head, self.tail, self.memory
+        if memory is not None and self.past_opening:
+            tail = memory.tail.add(tail)
+        elif memory is not None:   # in the opening, or no drift: the answer taken as one rate
+            head = memory.head.add(memory.tail).add(head) if self.drift is None else memory.head.add(head)
+        return rest_posterior(self.start, head, tail, self.drift if self.past_opening else None, self.weight)
 
     def should_replan(self) -> bool:
         return any(abs(a - b) > MIN_CHANGE for a, b in zip(self.posterior, self.planned_with))
@@ -328,6 +347,8 @@ class Learner:
         return {"prior": list(self.start), "posterior": self.posterior,
                 "observed": [(int(a), int(t)) for a, t in zip(accepts, trials)],
                 "positions": int(self.run.nodes),
+                "remembered": ({"runs": self.memory.runs, "positions": self.memory.positions}
+                               if self.memory is not None else None),
                 "weight": rest_weight(self.drift, self.weight) if self.past_opening else self.weight,
                 "drift": ({"ratio": self.drift.ratio, "prior_weight": self.drift.weight, "opening": self.opening,
                            "applied": self.past_opening, "draft_kernels": self.drift.draft_kernels}
@@ -335,7 +356,10 @@ class Learner:
 
     def record(self) -> Evidence | None:
         """Store the run's evidence; with a drift only the opening's, since the stored evidence
-        pools into the next run's start (an opening rate), which a drift then carries to the rest."""
+        pools into the next run's start (an opening rate), which a drift then carries to the rest.
+        With a `prompt_digest`, the opening and the rest are also kept for this prompt."""
         if self.key is None:
             return None
+        if self.prompt_digest is not None:
+            prompt_memory.remember(self.key, self.prompt_digest, self.head, self.tail)
         return record(self.key, self.head if self.drift is not None else self.run, self.meta, self.base)

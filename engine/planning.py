@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from engine import answer_drift, domains, interpolation, learning, observed, profiler
+from engine import answer_drift, domains, interpolation, learning, observed, profiler, prompt_memory
 from engine import methods as methods_mod
 from engine.errors import UserError
 from engine.planner import Choice, CostCurve, PlanTable, choose_shape, step_seconds
@@ -343,10 +343,13 @@ def plan_from_vector(spec: MethodSpec, acceptance, prof=None, sampling: bool = F
     return None
 
 
-def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | None = None):
+def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | None = None,
+                prompt_ids=None, memory=None):
     """The learning of one run planned as `result` (engine/learning.py), or None when its steps say
     nothing about the Sequoia/greedy acceptance vector (SpecInfer at T > 0, autoregressive).
-    `opening`: the generated tokens after which it plans for the answer's rest (answer_drift.OPENING)."""
+    `opening`: the generated tokens after which it plans for the answer's rest (answer_drift.OPENING).
+    `prompt_ids`: the prompt's tokens, so that the run reads and keeps what runs of this prompt
+    observed (engine/prompt_memory.py); `memory` given instead is used as is, and nothing is kept."""
     if not result.method.uses_draft or not learns_from(result.method, settings):
         return None
     vec = result.acceptance
@@ -357,9 +360,12 @@ def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | N
             "draft_kernels": profiler.draft_kernels(pair), "domain": result.domain}
     drift = answer_drift.drift_for(pair.draft_name, pair.target_name, result.domain, settings.max_new_tokens, opening,
                                    draft_kernels=meta["draft_kernels"])
-    return learning.Learner(start, learning_key(pair, settings, domain=result.domain), meta,
-                            base=list(base.probabilities) if base is not None else None, drift=drift,
-                            opening=opening)
+    key = learning_key(pair, settings, domain=result.domain)
+    digest = prompt_memory.digest(prompt_ids) if prompt_ids is not None and memory is None else None
+    if digest is not None:
+        memory = prompt_memory.recall(key, digest)
+    return learning.Learner(start, key, meta, base=list(base.probabilities) if base is not None else None,
+                            drift=drift, opening=opening, memory=memory, prompt_digest=digest)
 
 
 class Replanner:
@@ -373,10 +379,10 @@ class Replanner:
     of step t depends on the past only (ALGORITHM.md section 7, "Adaptive trees are exact")."""
 
     def __init__(self, pair, result: "PlanResult", settings: Settings, user=None, learn: bool = True,
-                 opening: int | None = None):
+                 opening: int | None = None, prompt_ids=None, memory=None):
         self.result, self.settings, self.user = result, settings, user
         self.tree, self.spec, self.forced = result.method.tree, result.spec, False
-        self.learner = learner_for(pair, result, settings, opening) if learn else None
+        self.learner = learner_for(pair, result, settings, opening, prompt_ids, memory) if learn else None
         self.replans = 0
 
     def observe(self, event) -> None:
@@ -395,7 +401,7 @@ class Replanner:
                 self.tree, self.spec = tree, getattr(got, "spec", self.spec)
                 self.forced = True
         learner = self.learner
-        if learner is not None and learner.run.nodes > 0 and (self.forced or learner.should_replan()):
+        if learner is not None and learner.has_evidence and (self.forced or learner.should_replan()):
             posterior = learner.posterior
             try:
                 tree = plan_from_vector(self.spec, posterior, self.result.profile, not self.settings.greedy,

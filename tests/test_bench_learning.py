@@ -384,3 +384,51 @@ def test_the_running_check_needs_the_learning_check():
     from engine.errors import UserError
     with pytest.raises(UserError, match="needs --learning-check"):
         bench_cmd._validate(_config(learning_check=False, learning_check_running=True))
+
+
+def test_the_repeat_check_remembers_the_first_runs_opening_and_rest(monkeypatch):
+    """--learning-check-repeat: a second frozen run per prompt, seed + REPEAT_SEED, whose learner
+    holds the first run's opening and rest as the prompt's memory; the store on disk is not used."""
+    from engine import prompt_memory
+    pair = tiny_pair("llama", noise=0.15)
+    runs = _recorded(monkeypatch)
+    seeds = []
+    real = bench_learning.run_one
+
+    def run_one(pair, ids, result, settings, after, memory=None):
+        seeds.append((settings.seed, memory))
+        return real(pair, ids, result, settings, after, memory=memory)
+    monkeypatch.setattr(bench_learning, "run_one", run_one)
+    check = bench_learning.run_check(pair, PROMPTS, _config(learning_check_repeat=True), {0.0: _vec(pair)}, None,
+                                     say=lambda *_: None)
+    assert "repeat" in check and len(runs) == 4   # first and repeated, per prompt
+    for n, row in enumerate(check["runs"]):
+        first, again = runs[2 * n], runs[2 * n + 1]
+        (seed, none), (seed_again, memory) = seeds[2 * n], seeds[2 * n + 1]
+        assert none is None and seed_again == seed + bench_learning.REPEAT_SEED
+        steps = [e for e in first if e.nodes]
+        i = _boundary(steps, 8)
+        assert memory.runs == 1 and memory.head.nodes == learning.events_evidence(steps[:i]).nodes
+        assert memory.tail.nodes == learning.events_evidence(steps[i:]).nodes
+        repeat = row["repeat"]
+        assert repeat["remembered"] == {"runs": 1, "positions": memory.positions}
+        # no drift for the tiny pair: the answer is one rate, and all of the memory pools with the run.
+        # Its first step was planned from the memory, before it observed anything
+        second = [e for e in again if e.nodes]
+        remembered = memory.head.add(memory.tail)
+        spec = planning.MethodSpec("sequoia", 10, 5)
+        assert tuple(second[0].tree_parents) == tuple(
+            planning.plan_from_vector(spec, learning.pooled(START, remembered)).parents)
+        j = _boundary(second, 8)
+        assert repeat["predicted_tokens_per_step"] == pytest.approx(
+            Tree.from_parents(repeat["frozen_tree"]["parents"]).expected_tokens(
+                learning.pooled(START, remembered.add(learning.events_evidence(second[:j])))))
+    assert not list(prompt_memory.path_for("x").parent.glob("*.json"))   # nothing stored
+    text = bench_learning.format_check(check)
+    assert text.count("repeated, remembering the first run: predicted") == 2
+
+
+def test_the_repeat_check_needs_the_learning_check():
+    from engine.errors import UserError
+    with pytest.raises(UserError, match="needs --learning-check"):
+        bench_cmd._validate(_config(learning_check=False, learning_check_repeat=True))

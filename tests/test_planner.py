@@ -312,7 +312,7 @@ def test_learning_re_plans_never_build_the_shared_table(monkeypatch):
     result = SimpleNamespace(method=SimpleNamespace(tree=Tree.from_branching([2, 0, 0]), uses_draft=True), spec=spec,
                              profile=None)
     replan = planning.Replanner(None, result, SimpleNamespace(greedy=True), learn=False)
-    replan.learner = SimpleNamespace(run=SimpleNamespace(nodes=3), should_replan=lambda: True,
+    replan.learner = SimpleNamespace(run=SimpleNamespace(nodes=3), has_evidence=True, should_replan=lambda: True,
                                      posterior=[0.4, 0.2, 0.1], planned_with=None)
     sizes.clear()
     assert replan().size == 10 and sizes == [(10, 5)]

@@ -80,6 +80,9 @@ def register(sub) -> None:
     p.add_argument("--learning-check-running", action="store_true",
                    help="with --learning-check: also run each prompt re-planning all along (a Live run) and compare "
                         "the rest's one-step-ahead predictions with what it observed")
+    p.add_argument("--learning-check-repeat", action="store_true",
+                   help="with --learning-check: also run each prompt a second time (another seed), remembering "
+                        "what its first run observed (a repeated prompt; engine/prompt_memory.py)")
     p.add_argument("--fresh", action="store_true",
                    help="measure acceptance vectors and the device profile in this run even if cached")
     p.add_argument("--quick", action="store_true",
@@ -169,7 +172,8 @@ def config_from_args(args) -> bench.BenchConfig:
     changes.update(match_specinfer=not args.no_match_specinfer, auto=not args.no_auto, ignore_eos=args.ignore_eos,
                    chat=args.chat, fresh=args.fresh, compare_default_kernels=args.compare_default_kernels,
                    learn=getattr(args, "learn", True), learning_check=getattr(args, "learning_check", False),
-                   learning_check_running=getattr(args, "learning_check_running", False))
+                   learning_check_running=getattr(args, "learning_check_running", False),
+                   learning_check_repeat=getattr(args, "learning_check_repeat", False))
     config = bench.BenchConfig(**{**base.__dict__, **changes})
     _validate(config)
     return config
@@ -189,6 +193,8 @@ def _validate(c: bench.BenchConfig) -> None:
         raise UserError("--warmup-tokens must be >= 0, --acceptance-tokens and --profile-repeats >= 1")
     if c.learning_check_running and not c.learning_check:
         raise UserError("--learning-check-running needs --learning-check")
+    if c.learning_check_repeat and not c.learning_check:
+        raise UserError("--learning-check-repeat needs --learning-check")
     if c.learning_check_tokens < 1 or c.learning_check_after < 0 or c.learning_check_prompts < 1:
         raise UserError("--learning-check-tokens and --learning-check-prompts must be >= 1 and "
                         "--learning-check-after >= 0")

@@ -94,7 +94,7 @@ def run(args) -> int:
     generator = make_generator(pair.device, settings.seed)
     samples, first_events = [], None
     for i in range(args.num_samples):
-        replan = Replanner(pair, plan, settings, learn=args.learn)
+        replan = Replanner(pair, plan, settings, learn=args.learn, prompt_ids=prompt_ids)
         events = []
         for event in Decoder(pair, method, settings, generator=generator, plan=replan).run(prompt_ids):
             replan.observe(event)  # between steps: the next tree depends on finished steps only

@@ -1,0 +1,105 @@
+"""What earlier runs of the same prompt observed (issue 15: the rest's rate belongs to the prompt).
+
+An answer's rest accepts at a rate its 64-token opening does not reveal, but the prompt does: over
+the 12 learning-check prompts the rests' tokens/step at T = 0 and at T = 0.7 (different answers)
+correlate 0.96 (README, "The rest's rate belongs to the prompt"). So a run keeps, per prompt, the
+censored evidence of its opening and of its rest apart, and a later run of the same prompt at the
+same settings (the learning key: pair, draft kernels' acceptance, T, top-p, top-k, sampler, domain)
+counts them as evidence of its own opening and rest (learning.Learner). A first run has none.
+
+Stored in cache_dir()/learned/prompts/<learning key>.json, one entry per prompt (the SHA-256 of
+its token ids, chat template included): the opening's and the rest's Evidence, each capped at
+CAP rank-1 trials (older runs fade), and at most MAX_PROMPTS prompts per key (the least recently
+run go first). The measured vector and the key's pooled store (learning.load) are not touched.
+
+Exactness: a run reads only what finished runs stored, so every step's tree still depends on
+the past only (ALGORITHM.md section 7, "Adaptive trees are exact")."""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from engine import learning   # circular (learning's Learner uses this module): used at call time only
+from engine.paths import cache_dir
+
+log = logging.getLogger(__name__)
+
+CAP = 1024.0        # rank-1 trials kept per prompt and part (opening, rest)
+MAX_PROMPTS = 256   # prompts kept per learning key
+
+
+@dataclass(frozen=True)
+class Remembered:
+    """One prompt's evidence from earlier runs: its openings' and its rests'."""
+    head: learning.Evidence
+    tail: learning.Evidence
+    runs: int
+
+    @property
+    def positions(self) -> int:
+        return int(self.head.nodes + self.tail.nodes)
+
+
+def digest(prompt_ids) -> str:
+    """The prompt's name in the store: its token ids hashed (the text as the models see it)."""
+    return hashlib.sha256(",".join(str(int(t)) for t in prompt_ids).encode()).hexdigest()[:24]
+
+
+def path_for(key: str) -> Path:
+    return cache_dir() / "learned" / "prompts" / f"{key}.json"
+
+
+def _read(key: str) -> dict:
+    path = path_for(key)
+    try:
+        obj = json.loads(path.read_text())
+        return obj["prompts"] if isinstance(obj, dict) and isinstance(obj.get("prompts"), dict) else {}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        log.warning("ignoring unreadable prompt memory %s: %s", path, exc)
+        return {}
+
+
+def _entry(prompts: dict, prompt_digest: str) -> Remembered | None:
+    entry = prompts.get(prompt_digest)
+    try:
+        got = Remembered(learning.Evidence.from_dict(entry["head"]), learning.Evidence.from_dict(entry["tail"]),
+                         int(entry["runs"]))
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
+    return got if got.positions > 0 else None
+
+
+def recall(key: str, prompt_digest: str) -> Remembered | None:
+    """What earlier runs of this prompt at these settings observed, or None."""
+    return _entry(_read(key), prompt_digest)
+
+
+def remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learning.Evidence) -> Remembered | None:
+    """Add one run's opening and rest evidence to this prompt's; returns what is now remembered
+    (None when the run observed nothing). A read-only cache is logged, not raised."""
+    if head.nodes + tail.nodes <= 0:
+        return None
+    prompts = _read(key)
+    before = _entry(prompts, prompt_digest) or Remembered(learning.Evidence(), learning.Evidence(), 0)
+    now = Remembered(before.head.add(replace(head, runs=0)).capped(CAP),
+                     before.tail.add(replace(tail, runs=0)).capped(CAP), before.runs + 1)
+    prompts[prompt_digest] = {"head": now.head.to_dict(), "tail": now.tail.to_dict(), "runs": now.runs,
+                              "updated_at": time.time()}
+    if len(prompts) > MAX_PROMPTS:   # forget the least recently run
+        for old in sorted(prompts, key=lambda d: prompts[d].get("updated_at", 0))[:len(prompts) - MAX_PROMPTS]:
+            del prompts[old]
+    path = path_for(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({"format": 1, "cap": CAP, "prompts": prompts}))
+        tmp.replace(path)
+    except OSError as exc:
+        log.warning("could not store the prompt memory: %s", exc)
+    return now

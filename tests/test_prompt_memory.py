@@ -1,0 +1,129 @@
+"""What earlier runs of the same prompt observed (engine/prompt_memory.py) and how a run uses it."""
+import json
+import random
+
+import pytest
+
+from engine import learning, planning, profiler, prompt_memory
+from engine.answer_drift import Drift
+from engine.decoding import Decoder
+from engine.models import encode_prompt
+from engine.settings import Settings
+from tests.test_learning import _event, _simulate
+from tests.tiny import tiny_pair
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_a_prompt_is_named_by_its_tokens():
+    assert prompt_memory.digest([1, 2, 3]) == prompt_memory.digest([1, 2, 3])
+    assert prompt_memory.digest([1, 2, 3]) != prompt_memory.digest([1, 23])
+    assert prompt_memory.digest([12, 3]) != prompt_memory.digest([1, 23])
+
+
+def test_runs_of_a_prompt_add_up_and_stay_apart_from_other_prompts(cache):
+    head, tail = learning.Evidence([10, 4], [6, 1], 10), learning.Evidence([20], [18], 20)
+    assert prompt_memory.recall("k", "p") is None
+    prompt_memory.remember("k", "p", head, tail)
+    got = prompt_memory.remember("k", "p", head, tail)
+    assert got.runs == 2 and got.head.trials == [20, 8] and got.tail.accepts == [36] and got.positions == 60
+    back = prompt_memory.recall("k", "p")
+    assert back.head.to_dict() == got.head.to_dict() and back.tail.to_dict() == got.tail.to_dict()
+    assert prompt_memory.recall("k", "q") is None and prompt_memory.recall("other key", "p") is None
+    assert prompt_memory.remember("k", "q", learning.Evidence(), learning.Evidence()) is None   # nothing observed
+
+
+def test_memory_is_capped_and_forgets_the_least_recently_run_prompt(cache, monkeypatch):
+    monkeypatch.setattr(prompt_memory, "MAX_PROMPTS", 2)
+    big = learning.Evidence([3000], [1500], 3000)
+    got = prompt_memory.remember("k", "a", big, learning.Evidence())
+    assert got.head.nodes == prompt_memory.CAP and got.head.accepts[0] == pytest.approx(prompt_memory.CAP / 2)
+    clock = iter(range(100, 200))
+    monkeypatch.setattr(prompt_memory.time, "time", lambda: next(clock))
+    for name in ("a", "b", "a", "c"):
+        prompt_memory.remember("k", name, learning.Evidence([1], [1], 1), learning.Evidence())
+    assert prompt_memory.recall("k", "b") is None            # run least recently
+    assert prompt_memory.recall("k", "a").runs == 3 and prompt_memory.recall("k", "c").runs == 1
+
+
+def test_an_unreadable_or_unwritable_memory_changes_nothing_else(cache, monkeypatch):
+    path = prompt_memory.path_for("k")
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    assert prompt_memory.recall("k", "p") is None
+    path.write_text(json.dumps({"prompts": {"p": {"head": "x"}}}))
+    assert prompt_memory.recall("k", "p") is None
+
+    def refuse(*a, **k):
+        raise OSError("read-only")
+    monkeypatch.setattr(type(path), "write_text", refuse)
+    got = prompt_memory.remember("k", "p", learning.Evidence([1], [1], 1), learning.Evidence())
+    assert got.runs == 1   # the run goes on; nothing is stored
+
+
+def test_the_learner_counts_a_prompts_rests_as_evidence_of_this_rest():
+    """The stated rule (learning.Learner): memory.head joins the opening, memory.tail the rest."""
+    rng = random.Random(5)
+    prior, drift = [0.7, 0.1, 0.05, 0.02], Drift(1.0, 128.0)
+    memory = prompt_memory.Remembered(learning.events_evidence(_simulate([0.5, 0.1, 0.05, 0.02], 30, rng)),
+                                      learning.events_evidence(_simulate([0.95, 0.02, 0.01, 0.01], 200, rng)), 1)
+    opening = _simulate([0.5, 0.1, 0.05, 0.02], 30, rng)
+    with_memory = learning.Learner(prior, drift=drift, opening=10 ** 6, memory=memory)
+    without = learning.Learner(prior, drift=drift, opening=10 ** 6)
+    for ev in opening:
+        with_memory.observe(ev)
+        without.observe(ev)
+    head = learning.events_evidence(opening)
+    assert with_memory.posterior == pytest.approx(learning.pooled(prior, memory.head.add(head)))
+    with_memory.opening = without.opening = with_memory.tokens   # the opening ends here
+    assert with_memory.posterior == pytest.approx(learning.rest_posterior(prior, head, memory.tail, drift, 128.0))
+    # this prompt's rest accepts at 0.95 where its opening did at 0.5: the memory says so, the opening cannot
+    assert with_memory.posterior[0] > without.posterior[0] + 0.1 and without.posterior[0] < 0.7
+    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.positions}
+    # without a drift the answer is one rate: all of the memory pools with all of the run
+    plain = learning.Learner(prior, memory=memory)
+    for ev in opening:
+        plain.observe(ev)
+    assert plain.posterior == pytest.approx(learning.pooled(prior, memory.head.add(memory.tail).add(head)))
+
+
+def test_a_second_run_of_a_prompt_starts_from_what_the_first_observed(cache):
+    pair = tiny_pair("llama")
+    settings = Settings(temperature=0.0, max_new_tokens=24, ignore_eos=True)
+    start = [0.1, 0.05, 0.02, 0.01]   # far off: what the first run observes moves the plan
+    vec = profiler.AcceptanceVector(start, 0.82, 10, [0.1] * 4, pair.draft_name, pair.target_name, "greedy",
+                                    0.0, 1.0, 4, 1, "x")
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    result = planning.PlanResult(spec, planning.methods_mod.sequoia(planning.plan_from_vector(spec, start)), None,
+                                 vec, "", True)
+    ids, other = encode_prompt(pair, "hello world", False), encode_prompt(pair, "a different prompt", False)
+
+    def run(prompt_ids, learn=True):
+        replan = planning.Replanner(pair, result, settings, learn=learn, prompt_ids=prompt_ids)
+        events = []
+        for ev in Decoder(pair, result.method, settings, plan=replan).run(prompt_ids):
+            replan.observe(ev)
+            events.append(ev)
+        replan.finish()
+        return replan, [e for e in events if e.nodes], events[-1].token_ids
+
+    first, first_steps, first_out = run(ids)
+    assert first.learner.memory is None
+    second, second_steps, second_out = run(ids)
+    memory = second.learner.memory
+    assert memory is not None and memory.runs == 1
+    assert memory.head.add(memory.tail).nodes == learning.events_evidence(first_steps).nodes
+    # its first step is planned from the remembered opening (the past), and the output stays the target's
+    assert tuple(second_steps[0].tree_parents) == tuple(
+        planning.plan_from_vector(spec, learning.pooled(start, memory.head)).parents)
+    assert tuple(second_steps[0].tree_parents) != tuple(first_steps[0].tree_parents)
+    assert second_out == first_out
+    assert run(other)[0].learner.memory is None
+    key = planning.learning_key(pair, settings)
+    assert prompt_memory.recall(key, prompt_memory.digest(ids)).runs == 2
+    run(ids, learn=False)
+    assert prompt_memory.recall(key, prompt_memory.digest(ids)).runs == 2   # learning off keeps nothing
