@@ -40,7 +40,9 @@ rest than the frozen check's one prediction. Its evidence is never stored.
 With --learning-check-repeat each prompt runs a second time, frozen like the first, with the seed
 plus REPEAT_SEED (at T > 0 another answer to the same prompt; at T = 0 the same answer), its
 learner remembering the first run's opening and rest (engine/prompt_memory.py, in memory: the
-store on disk is neither read nor written): what a user's second run of a prompt gets. Its
+store on disk is neither read nor written): close to what a user's second run of a prompt gets
+(whose start, with --learn, also pools the first run's opening through the key's store). At
+T = 0 the memory holds the very rest the repeat predicts: those rows are marked in-sample. Its
 evidence is never stored."""
 from __future__ import annotations
 
@@ -140,8 +142,9 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     trees = [tuple(tree.parents)] + [tuple(e.tree_parents) for e in tail]
     base = result.base_acceptance
     positions = {"measured": int(base.positions), "stored": result.learned["positions"],
-                 "stored_runs": result.learned["runs"], "this_run": frozen["positions"]}
-    positions["total"] = positions["measured"] + positions["stored"] + positions["this_run"]
+                 "stored_runs": result.learned["runs"], "this_run": frozen["positions"],
+                 "remembered": memory.positions if memory is not None else 0}
+    positions["total"] = positions["measured"] + positions["stored"] + positions["this_run"] + positions["remembered"]
     row.update(tokens_before=frozen["tokens"], steps_before=len(steps) - n, tokens_after=kept, steps_after=n,
                truncated_tokens_after=sum(rest["rest_step_yields"]) - kept,
                predicted_tokens_per_step=predicted, observed_tokens_per_step=observed,
@@ -238,7 +241,7 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
                     f"{running['observed_tokens_per_step']:.2f} tok/step ({running['error']:+.1%})"))
             if config.learning_check_repeat:
                 row["repeat"] = again = run_repeat(pair, ids, result, settings, after, replan.learner)
-                say("  repeated, remembering the first run: " + (again["note"] if again["error"] is None else
+                say(f"  repeated{_in_sample(temperature)}, remembering the first run: " + (again["note"] if again["error"] is None else
                     f"predicted {again['predicted_tokens_per_step']:.2f} vs observed "
                     f"{again['observed_tokens_per_step']:.2f} tok/step ({again['error']:+.1%})"))
     stored = bool(config.learn)
@@ -275,6 +278,7 @@ def format_check(check: dict | None) -> str:
                      f"{r['observed_tokens_per_step']:.2f}{_interval(r)} tok/step ({r['error']:+.1%}); "
                      f"posterior from {p['total']} "
                      f"positions ({p['measured']} measured + {p['stored']} stored + {p['this_run']} this run"
+                     + (f" + {p['remembered']} remembered" if p.get("remembered") else "")
                      + (f", drifted to the rest by {r['rest_over_opening']:.3f}"
                         if r.get("rest_over_opening") not in (None, 1.0) else "")
                      + (f", prior worth {r['rest_prior_weight']:g}" if r.get("rest_prior_weight") is not None else "")
@@ -292,13 +296,18 @@ def format_check(check: dict | None) -> str:
                          "after the boundary"))
         again = r.get("repeat")
         if again:
-            lines.append("      repeated, remembering the first run: " + (again["note"] if again["error"] is None else
+            lines.append(f"      repeated{_in_sample(r['temperature'])}, remembering the first run: " + (again["note"] if again["error"] is None else
                          f"predicted {again['predicted_tokens_per_step']:.2f} vs observed "
                          f"{again['observed_tokens_per_step']:.2f}{_interval(again)} tok/step over the last "
                          f"{again['tokens_after']} tokens ({again['error']:+.1%}); "
                          f"{(again.get('remembered') or {}).get('positions', 0)} positions remembered"))
     lines += _tallies(groups)
     return "\n".join(lines)
+
+
+def _in_sample(temperature: float) -> str:
+    """At T = 0 a repeat is the same answer: its memory holds the very rest it predicts."""
+    return " (the same answer: in-sample)" if temperature == 0 else ""
 
 
 def _interval(row: dict) -> str:
@@ -325,7 +334,7 @@ def _tallies(groups: dict[tuple[float, str], list[dict]]) -> list[str]:
                 + "; inside the rest's own 95 % interval: " + ", ".join(
                 f"{kind} {sum(inside_interval(r) is True for r in rs)} of "
                 f"{sum(inside_interval(r) is not None for r in rs)}" for kind, rs in kinds))
-            for part, name in (("running", "running"), ("repeat", "repeated")):
+            for part, name in (("running", "running"), ("repeat", f"repeated{_in_sample(t)}")):
                 ran = [(kind, [r[part] for r in rs if (r.get(part) or {}).get("error") is not None])
                        for kind, rs in kinds]
                 if any(rs for _, rs in ran):

@@ -131,7 +131,9 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
 
 def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, learn: bool = True):
     """Lanes keep their planned trees (a fair race); with `learn` the plans start from the learned
-    vector and every lane whose steps are evidence stores them (engine/learning.py).
+    vector and every lane whose steps are evidence stores them (engine/learning.py); the first such
+    lane also adds its opening and rest to the prompt's memory (engine/prompt_memory.py: the lanes
+    answer one prompt once, and at T = 0 with the same text).
 
     The lanes' step costs are not recorded as observed costs (engine/observed.py): a browser
     drawing the race on the same cores lands on whichever lane steps while the page updates, so
@@ -163,12 +165,14 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     yield Note("together", [lane for lane, _ in planned])
     for lane, event in run_together(lanes):
         yield LaneEvent(lane.name, event)
-    summaries = []
+    summaries, remembered = [], False
     for (lane, result), run in zip(planned, lanes):
         events = run.events
         if not events:
             continue
-        learner = learner_for(pair, result, settings, prompt_ids=ids) if learn else None
+        # one answer is one run of the prompt: only the first learning lane adds to its memory
+        learner = learner_for(pair, result, settings, prompt_ids=None if remembered else ids) if learn else None
+        remembered = remembered or learner is not None
         if learner is not None:
             for event in events:
                 learner.observe(event)

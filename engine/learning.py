@@ -22,6 +22,8 @@ scaled down to MAX_TOTAL. Two stages use the rule:
      stored by earlier runs at the same settings (cache_dir()/learned/<acceptance key>.json);
   2. within a run, the starting vector pooled with this run's evidence; the decoder gets a
      re-planned tree between steps (engine/planning.py plan_from_vector).
+A run of a prompt seen before also counts what its earlier runs observed, openings and rests
+apart (engine/prompt_memory.py; the rule is in Learner's docstring).
 Past an answer's opening (answer_drift.OPENING generated tokens) the plan is for the rest of the
 answer, which for the embedded pair accepts differently from the opening (engine/answer_drift.py).
 Where a measured drift applies (ratio, and the domain's measured prior weight w'), stage 2
@@ -361,5 +363,8 @@ class Learner:
         if self.key is None:
             return None
         if self.prompt_digest is not None:
-            prompt_memory.remember(self.key, self.prompt_digest, self.head, self.tail)
+            try:
+                prompt_memory.remember(self.key, self.prompt_digest, self.head, self.tail)
+            except Exception:  # noqa: BLE001 - the prompt's memory must not cost the run its pooled store
+                log.exception("could not keep this prompt's evidence")
         return record(self.key, self.head if self.drift is not None else self.run, self.meta, self.base)

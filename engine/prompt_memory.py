@@ -19,6 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+import os
+import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,16 +56,25 @@ def path_for(key: str) -> Path:
     return cache_dir() / "learned" / "prompts" / f"{key}.json"
 
 
-def _read(key: str) -> dict:
+def _read(key: str) -> dict | None:
+    """The key's prompts ({} when none stored; None when the file is unreadable)."""
     path = path_for(key)
     try:
         obj = json.loads(path.read_text())
-        return obj["prompts"] if isinstance(obj, dict) and isinstance(obj.get("prompts"), dict) else {}
+        if not isinstance(obj, dict) or not isinstance(obj.get("prompts"), dict):
+            raise ValueError("no 'prompts' object")
+        return {d: e for d, e in obj["prompts"].items() if isinstance(e, dict)}
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         log.warning("ignoring unreadable prompt memory %s: %s", path, exc)
-        return {}
+        return None
+
+
+def _sane(ev: learning.Evidence) -> bool:
+    """Counts a run could have stored: one per rank, finite, 0 <= accepts <= trials."""
+    return (len(ev.trials) == len(ev.accepts) and math.isfinite(ev.nodes) and ev.nodes >= 0
+            and all(math.isfinite(t) and math.isfinite(a) and 0 <= a <= t for t, a in zip(ev.trials, ev.accepts)))
 
 
 def _entry(prompts: dict, prompt_digest: str) -> Remembered | None:
@@ -72,34 +84,56 @@ def _entry(prompts: dict, prompt_digest: str) -> Remembered | None:
                          int(entry["runs"]))
     except (TypeError, KeyError, ValueError, AttributeError):
         return None
-    return got if got.positions > 0 else None
+    return got if _sane(got.head) and _sane(got.tail) and got.positions > 0 else None
 
 
 def recall(key: str, prompt_digest: str) -> Remembered | None:
     """What earlier runs of this prompt at these settings observed, or None."""
-    return _entry(_read(key), prompt_digest)
+    return _entry(_read(key) or {}, prompt_digest)
+
+
+def _when(entry: dict) -> float:
+    t = entry.get("updated_at")
+    return float(t) if isinstance(t, (int, float)) else 0.0
 
 
 def remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learning.Evidence) -> Remembered | None:
     """Add one run's opening and rest evidence to this prompt's; returns what is now remembered
-    (None when the run observed nothing). A read-only cache is logged, not raised."""
+    (None when the run observed nothing). An unreadable file is set aside as <key>.json.corrupt
+    (not overwritten unseen); a read-only cache is logged, not raised. Two processes writing one
+    key at once may lose one run's update (each write is whole: a temporary file, then a rename)."""
     if head.nodes + tail.nodes <= 0:
         return None
+    path = path_for(key)
     prompts = _read(key)
+    if prompts is None:
+        try:
+            path.replace(path.with_suffix(".json.corrupt"))
+        except OSError:
+            pass
+        prompts = {}
     before = _entry(prompts, prompt_digest) or Remembered(learning.Evidence(), learning.Evidence(), 0)
     now = Remembered(before.head.add(replace(head, runs=0)).capped(CAP),
                      before.tail.add(replace(tail, runs=0)).capped(CAP), before.runs + 1)
     prompts[prompt_digest] = {"head": now.head.to_dict(), "tail": now.tail.to_dict(), "runs": now.runs,
                               "updated_at": time.time()}
     if len(prompts) > MAX_PROMPTS:   # forget the least recently run
-        for old in sorted(prompts, key=lambda d: prompts[d].get("updated_at", 0))[:len(prompts) - MAX_PROMPTS]:
+        for old in sorted(prompts, key=lambda d: _when(prompts[d]))[:len(prompts) - MAX_PROMPTS]:
             del prompts[old]
-    path = path_for(key)
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"format": 1, "cap": CAP, "prompts": prompts}))
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"format": 1, "cap": CAP, "prompts": prompts}, f)
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         log.warning("could not store the prompt memory: %s", exc)
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
     return now

@@ -425,7 +425,7 @@ def test_the_repeat_check_remembers_the_first_runs_opening_and_rest(monkeypatch)
                 learning.pooled(START, remembered.add(learning.events_evidence(second[:j])))))
     assert not list(prompt_memory.path_for("x").parent.glob("*.json"))   # nothing stored
     text = bench_learning.format_check(check)
-    assert text.count("repeated, remembering the first run: predicted") == 2
+    assert text.count("repeated (the same answer: in-sample), remembering the first run: predicted") == 2
 
 
 def test_the_repeat_check_needs_the_learning_check():

@@ -55,14 +55,33 @@ def test_an_unreadable_or_unwritable_memory_changes_nothing_else(cache, monkeypa
     path.parent.mkdir(parents=True)
     path.write_text("{not json")
     assert prompt_memory.recall("k", "p") is None
-    path.write_text(json.dumps({"prompts": {"p": {"head": "x"}}}))
-    assert prompt_memory.recall("k", "p") is None
+    # set aside, not overwritten unseen
+    assert prompt_memory.remember("k", "p", learning.Evidence([1], [1], 1), learning.Evidence()).runs == 1
+    assert path.with_suffix(".json.corrupt").read_text() == "{not json"
+    # entries no run could have stored are not recalled (they would break the posterior)
+    for bad in ({"head": "x"}, {"head": {"trials": [3, 1], "accepts": [1]}, "tail": {}, "runs": 1},
+                {"head": {"trials": [3], "accepts": [5], "nodes": 3}, "tail": {}, "runs": 1},
+                {"head": {"trials": [float("nan")], "accepts": [0], "nodes": 1}, "tail": {}, "runs": 1}):
+        path.write_text(json.dumps({"prompts": {"p": bad, "q": "not an entry"}}))
+        assert prompt_memory.recall("k", "p") is None and prompt_memory.recall("k", "q") is None
+    got = prompt_memory.remember("k", "p", learning.Evidence([1], [1], 1), learning.Evidence())
+    assert got.runs == 1 and prompt_memory.recall("k", "p").runs == 1
 
     def refuse(*a, **k):
         raise OSError("read-only")
-    monkeypatch.setattr(type(path), "write_text", refuse)
+    monkeypatch.setattr(prompt_memory.tempfile, "mkstemp", refuse)
     got = prompt_memory.remember("k", "p", learning.Evidence([1], [1], 1), learning.Evidence())
-    assert got.runs == 1   # the run goes on; nothing is stored
+    assert got.runs == 2 and prompt_memory.recall("k", "p").runs == 1   # the run goes on; nothing is stored
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_a_memory_that_cannot_be_kept_costs_the_run_nothing_else(cache, monkeypatch):
+    def broken(*a, **k):
+        raise RuntimeError("disk on fire")
+    monkeypatch.setattr(prompt_memory, "remember", broken)
+    learner = learning.Learner([0.7, 0.1], key="k", prompt_digest="p")
+    learner.observe(_event([-1, 0], {0: 1}))
+    assert learner.record().nodes == 1 and learning.load("k").nodes == 1   # the pooled store still got it
 
 
 def test_the_learner_counts_a_prompts_rests_as_evidence_of_this_rest():
@@ -102,8 +121,8 @@ def test_a_second_run_of_a_prompt_starts_from_what_the_first_observed(cache):
                                  vec, "", True)
     ids, other = encode_prompt(pair, "hello world", False), encode_prompt(pair, "a different prompt", False)
 
-    def run(prompt_ids, learn=True):
-        replan = planning.Replanner(pair, result, settings, learn=learn, prompt_ids=prompt_ids)
+    def run(prompt_ids, learn=True):   # an 8-token opening: the memory holds a rest too
+        replan = planning.Replanner(pair, result, settings, learn=learn, prompt_ids=prompt_ids, opening=8)
         events = []
         for ev in Decoder(pair, result.method, settings, plan=replan).run(prompt_ids):
             replan.observe(ev)
@@ -116,10 +135,12 @@ def test_a_second_run_of_a_prompt_starts_from_what_the_first_observed(cache):
     second, second_steps, second_out = run(ids)
     memory = second.learner.memory
     assert memory is not None and memory.runs == 1
+    assert memory.head.nodes > 0 and memory.tail.nodes > 0
     assert memory.head.add(memory.tail).nodes == learning.events_evidence(first_steps).nodes
-    # its first step is planned from the remembered opening (the past), and the output stays the target's
+    # its first step is planned from the memory (the past; no drift for the tiny pair: all of it
+    # pools), and the output stays the target's
     assert tuple(second_steps[0].tree_parents) == tuple(
-        planning.plan_from_vector(spec, learning.pooled(start, memory.head)).parents)
+        planning.plan_from_vector(spec, learning.pooled(start, memory.head.add(memory.tail))).parents)
     assert tuple(second_steps[0].tree_parents) != tuple(first_steps[0].tree_parents)
     assert second_out == first_out
     assert run(other)[0].learner.memory is None

@@ -291,3 +291,30 @@ def test_app_runs_stay_out_of_the_observed_costs_and_cli_runs_record_theirs(work
                  "--ignore-eos", "--no-learn", "--prompt", "hello world"]) == 0
     capsys.readouterr()
     assert observed.load(key).steps > before
+
+
+def test_a_race_remembers_its_prompt_once_and_a_live_run_then_starts_from_it(worker):
+    """A Race's lanes answer the prompt once: one run in the prompt's memory, whatever the lanes
+    (engine/prompt_memory.py); a Live run of the same prompt then learns from it and adds its own."""
+    import json
+    from engine import prompt_memory
+    from engine.models import encode_prompt
+
+    def runs_remembered(prompt):
+        digest = prompt_memory.digest(encode_prompt(worker._pair, prompt, False))
+        found = [json.loads(p.read_text())["prompts"].get(digest)
+                 for p in prompt_memory.path_for("x").parent.glob("*.json")]
+        return sum(e["runs"] for e in found if e)
+
+    settings = Settings(max_new_tokens=16, ignore_eos=True)
+    prompt = "a race to remember"
+    specs = [("chain 3", MethodSpec("chain", depth=3)), ("chain 4", MethodSpec("chain", depth=4))]
+    list(worker.race(prompt, specs, settings, chat=False, learn=True).stream(timeout=120))
+    assert runs_remembered(prompt) == 1
+    items = list(worker.generate(prompt, MethodSpec("chain", depth=3), settings, chat=False,
+                                 learn=True).stream(timeout=120))
+    states = [x.data for x in items if isinstance(x, Note) and x.kind == "learning"]
+    assert states and states[0]["remembered"]["runs"] == 1
+    assert runs_remembered(prompt) == 2 and runs_remembered("a prompt no test runs") == 0
+    steps(worker.generate(prompt, MethodSpec("chain", depth=3), settings, chat=False, learn=False))
+    assert runs_remembered(prompt) == 2   # learning off keeps nothing
