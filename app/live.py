@@ -105,7 +105,7 @@ class Run:
                 post_name = f"posterior for the answer's rest ({how} after {drift['opening']} tokens)"
             remembered = self.learning.get("remembered")
             if remembered:   # earlier runs of this prompt (engine/prompt_memory.py)
-                post_name += (f", with {remembered['positions']} positions from {remembered['runs']} earlier "
+                post_name += (f",<br>with {remembered['positions']} positions from {remembered['runs']} earlier "
                               f"run{'s' if remembered['runs'] != 1 else ''} of this prompt")
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
