@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine import answer_drift, prompt_memory
-from engine.paths import cache_dir
+from engine.paths import cache_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -233,16 +233,13 @@ def load(key: str) -> Evidence:
 
 def save(key: str, evidence: Evidence, meta: dict | None = None, prior: list[float] | None = None) -> Path:
     path = learned_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
     obj = {**(meta or {}), **evidence.to_dict(), "format": STORED_FORMAT,
            "updated_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "pooling": f"posterior[k] = ({PRIOR_WEIGHT:g} * prior[k] + accepts[k]) / ({PRIOR_WEIGHT:g} + trials[k])"}
     if prior is not None:
         obj["prior"] = list(prior)
         obj["posterior"] = pooled(prior, evidence)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(obj, indent=1))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(obj, indent=1))
     return path
 
 
@@ -332,10 +329,14 @@ class Learner:
     @property
     def posterior(self) -> list[float]:
         head, tail, memory = self.head, self.tail, self.memory
-        if memory is not None and self.past_opening:
+        if memory is None:
+            pass
+        elif self.past_opening:
             tail = memory.tail.add(tail)
-        elif memory is not None:   # in the opening, or no drift: the answer taken as one rate
-            head = memory.head.add(memory.tail).add(head) if self.drift is None else memory.head.add(head)
+        elif self.drift is not None:   # in the opening
+            head = memory.head.add(head)
+        else:                          # no drift: the answer taken as one rate
+            head = memory.head.add(memory.tail).add(head)
         return rest_posterior(self.start, head, tail, self.drift if self.past_opening else None, self.weight)
 
     def should_replan(self) -> bool:

@@ -23,7 +23,7 @@ import statistics
 import threading
 from dataclasses import asdict, dataclass, field
 
-from engine.paths import cache_dir
+from engine.paths import cache_dir, write_atomic
 
 KEEP = 64
 MIN_SAMPLES = 3
@@ -82,10 +82,7 @@ def load(key: str) -> Observations:
 
 def save(key: str, obs: Observations) -> None:
     path = _path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(obs)))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(asdict(obs)))
 
 
 def record_run(key: str, prof, events, sampling: bool) -> Observations:

@@ -23,7 +23,7 @@ from engine import cpu_kernels as cpu_kernels_mod
 from engine.decoding import Decoder, generate
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt, synced_clock
-from engine.paths import cache_dir
+from engine.paths import cache_dir, write_atomic
 from engine.settings import Settings
 from engine.tree import Tree
 
@@ -207,10 +207,8 @@ def _read_cached(kind: str, key: str) -> tuple[Path, dict] | None:
 
 
 def _write_cached(kind: str, key: str, obj: dict) -> Path:
-    folder = cache_dir() / kind
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{key}.json"
-    _write_atomic(path, json.dumps(obj, indent=1))
+    path = cache_dir() / kind / f"{key}.json"
+    write_atomic(path, json.dumps(obj, indent=1))
     return path
 
 
@@ -227,12 +225,6 @@ def acceptance_vector(pair: ModelPair, temperature: float, top_p: float = 1.0, s
     vec = measure_acceptance(pair, prompts, temperature, top_p, sampler, width, top_k=top_k, **kwargs)
     vec.source = str(save_acceptance(pair, vec))
     return vec
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------- device profile

@@ -20,14 +20,12 @@ import hashlib
 import json
 import logging
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine import learning   # circular (learning's Learner uses this module): used at call time only
-from engine.paths import cache_dir
+from engine.paths import cache_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +99,7 @@ def remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learni
     """Add one run's opening and rest evidence to this prompt's; returns what is now remembered
     (None when the run observed nothing). An unreadable file is set aside as <key>.json.corrupt
     (not overwritten unseen); a read-only cache is logged, not raised. Two processes writing one
-    key at once may lose one run's update (each write is whole: a temporary file, then a rename)."""
+    key at once may lose one run's update (each write is whole: paths.write_atomic)."""
     if head.nodes + tail.nodes <= 0:
         return None
     path = path_for(key)
@@ -120,20 +118,8 @@ def remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learni
     if len(prompts) > MAX_PROMPTS:   # forget the least recently run
         for old in sorted(prompts, key=lambda d: _when(prompts[d]))[:len(prompts) - MAX_PROMPTS]:
             del prompts[old]
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"format": 1, "cap": CAP, "prompts": prompts}, f)
-        os.replace(tmp, path)
-        tmp = None
+        write_atomic(path, json.dumps({"format": 1, "cap": CAP, "prompts": prompts}))
     except OSError as exc:
         log.warning("could not store the prompt memory: %s", exc)
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
     return now

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from engine import learning, planning, profiler, prompt_memory
+from engine import learning, paths, planning, profiler, prompt_memory
 from engine.answer_drift import Drift
 from engine.decoding import Decoder
 from engine.models import encode_prompt
@@ -69,7 +69,7 @@ def test_an_unreadable_or_unwritable_memory_changes_nothing_else(cache, monkeypa
 
     def refuse(*a, **k):
         raise OSError("read-only")
-    monkeypatch.setattr(prompt_memory.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(paths.tempfile, "mkstemp", refuse)
     got = prompt_memory.remember("k", "p", learning.Evidence([1], [1], 1), learning.Evidence())
     assert got.runs == 2 and prompt_memory.recall("k", "p").runs == 1   # the run goes on; nothing is stored
     assert not list(path.parent.glob("*.tmp"))
