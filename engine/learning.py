@@ -59,7 +59,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine import answer_drift, prompt_memory
-from engine.paths import cache_dir, write_atomic
+from engine.paths import cache_dir, locked, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -244,14 +244,16 @@ def save(key: str, evidence: Evidence, meta: dict | None = None, prior: list[flo
 
 
 def record(key: str, run: Evidence, meta: dict | None = None, prior: list[float] | None = None) -> Evidence:
-    """Add one run's evidence to the stored evidence of this key; returns the new stored evidence."""
+    """Add one run's evidence to the stored evidence of this key; returns the new stored evidence.
+    Runs recording one key at once (the app and a CLI run) wait for each other (paths.locked)."""
     if run.nodes <= 0:
         return load(key)
-    stored = load(key).add(replace(run, runs=1)).capped()
-    try:
-        save(key, stored, meta, prior)
-    except OSError as exc:  # a read-only cache must not fail the run
-        log.warning("could not store the learned acceptance: %s", exc)
+    with locked(learned_path(key)):
+        stored = load(key).add(replace(run, runs=1)).capped()
+        try:
+            save(key, stored, meta, prior)
+        except OSError as exc:  # a read-only cache must not fail the run
+            log.warning("could not store the learned acceptance: %s", exc)
     return stored
 
 

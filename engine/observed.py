@@ -20,14 +20,12 @@ from __future__ import annotations
 import copy
 import json
 import statistics
-import threading
 from dataclasses import asdict, dataclass, field
 
-from engine.paths import cache_dir, write_atomic
+from engine.paths import cache_dir, locked, write_atomic
 
 KEEP = 64
 MIN_SAMPLES = 3
-_lock = threading.Lock()
 
 
 @dataclass
@@ -86,8 +84,9 @@ def save(key: str, obs: Observations) -> None:
 
 
 def record_run(key: str, prof, events, sampling: bool) -> Observations:
-    """Add a finished run's steps (StepEvents, in order) to the observations stored under `key`."""
-    with _lock:
+    """Add a finished run's steps (StepEvents, in order) to the observations stored under `key`;
+    runs recording at once (threads, or CLI processes) wait for each other (paths.locked)."""
+    with locked(_path(key)):
         obs = load(key)
         add_events(obs, prof, events, sampling)
         save(key, obs)

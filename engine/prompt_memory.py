@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from engine import learning   # circular (learning's Learner uses this module): used at call time only
-from engine.paths import cache_dir, write_atomic
+from engine.paths import cache_dir, locked, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,15 @@ def remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learni
     """Add one run's opening and rest evidence to this prompt's; returns what is now remembered
     (None when the run observed nothing). An unreadable file is set aside as <key>.json.corrupt
     (not overwritten unseen); a read-only cache is logged, not raised. Two processes writing one
-    key at once may lose one run's update (each write is whole: paths.write_atomic)."""
+    key at once wait for each other (paths.locked); each write is whole (paths.write_atomic)."""
     if head.nodes + tail.nodes <= 0:
         return None
+    path = path_for(key)
+    with locked(path):
+        return _remember(key, prompt_digest, head, tail)
+
+
+def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learning.Evidence) -> Remembered:
     path = path_for(key)
     prompts = _read(key)
     if prompts is None:
