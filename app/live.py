@@ -228,7 +228,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             note = f"Planned **{result.method.label}**: this tree is used by the next run."
         out = {plan_md: render.plan_line(result, follows), plan_json: result.summary(), status: note}
         if not running:
-            vec = result.acceptance.probabilities if result.acceptance is not None else None
+            vec = result.planning_probabilities
             out[tree] = plots.plan_figure(result.tree, vec)
         yield out
 
@@ -253,7 +253,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 msg = str(exc)
             return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
         sess.plan = result
-        vec = result.acceptance.probabilities if result.acceptance is not None else None
+        vec = result.planning_probabilities
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
                 tree: plots.plan_figure(result.tree, vec)}
 

@@ -156,10 +156,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                                                            f"{plan_vec.domain} prompts (the Live prompt's kind)")
             out[acc_caption] = f"{result.acceptance_note} · bars: ±95 % interval"
         if result is not None and plan_vec is not None:
-            learned = result.learned or {}
             out[acc_caption] = (out.get(acc_caption, "") + f" · **the current plan is backed by "
-                                f"{result.backing_positions} positions** ({learned.get('positions', 0)} of them "
-                                f"learned from {learned.get('runs', 0)} runs)")
+                                f"{result.backing_positions} positions** ({render.backing_detail(result)})")
         if plan_vec is not None:
             table = table_for(plan_vec.probabilities, ctx.max_budget, ctx.max_depth)
             mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)

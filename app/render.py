@@ -163,7 +163,8 @@ def plan_line(result, running: bool = False) -> str:
         vec = result.measured_acceptance
         cls = "sq-warn" if not result.exact else "sq-note"
         # after "; ": which prompt domain's vector stands, and why (engine/domains.py)
-        said = [part for part in result.acceptance_note.split("; ") if not part.startswith("pooled with")]
+        said = [part for part in result.acceptance_note.split("; ")
+                if not part.startswith(("pooled with", "with "))]
         why = "; ".join(said[1:])
         note = (f'<div class="{cls}">acceptance: {esc("; ".join(said) if not result.exact else "")}'
                 f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}'
@@ -173,9 +174,20 @@ def plan_line(result, running: bool = False) -> str:
     learned = getattr(result, "learned", None)
     if learned is not None and result.acceptance is not None:
         note += (f'<div class="sq-note">plan backed by {result.backing_positions} positions '
-                 f'({learned["positions"]} learned over {learned["runs"]} runs)</div>')
+                 f'({backing_detail(result)})</div>')
     tail = ' <span class="sq-note">(the running job uses it from its next step)</span>' if running else ""
     return f'<div class="sq-plan">Plan: {" · ".join(parts)}{tail}{note}</div>'
+
+
+def backing_detail(result) -> str:
+    """Which of a plan's backing positions were learned, and which remembered for this prompt."""
+    learned = getattr(result, "learned", None) or {}
+    out = f"{learned.get('positions', 0)} learned over {learned.get('runs', 0)} runs"
+    remembered = getattr(result, "remembered", None)
+    if remembered:   # engine/prompt_memory.py: the tree was planned from these runs' posterior
+        out += (f", {remembered['positions']} remembered from {plural(remembered['runs'], 'earlier run')} "
+                f"of this prompt")
+    return out
 
 
 def profile_quality(prof, seen: dict | None) -> str:

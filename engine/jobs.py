@@ -113,7 +113,7 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
     from engine.models import encode_prompt
     pair = ctx.pair
     ids = encode_prompt(pair, prompt, chat)
-    result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, **_measuring(ctx))
+    result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids, **_measuring(ctx))
     ctx.worker.note_plan(result, settings)
     yield Note("plan", result)
     method = result.method
@@ -148,7 +148,8 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     planned = []
     for i, (lane, spec) in enumerate(specs):
         ctx.progress(i / len(specs), f"planning {lane}")
-        planned.append((lane, build_plan(pair, spec, settings, learn=learn, prompt=prompt, **_measuring(ctx))))
+        planned.append((lane, build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids,
+                                         **_measuring(ctx))))
         ctx.worker.note_plan(planned[-1][1], settings)
     yield Note("race", planned)
     if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs

@@ -178,6 +178,8 @@ class PlanResult:
     base_acceptance: Any = None       # the vector before pooling with learned evidence (learn=True)
     learned: dict | None = None       # learn=True: key, positions and runs of the stored evidence used
     domain: str = ""                  # the prompt domain whose vector was used ("" = pooled over every prompt)
+    remembered: dict | None = None    # learn=True, a prompt seen before: runs, positions, and the posterior
+    #                                   the tree was planned from (engine/prompt_memory.py)
 
     @property
     def tree(self) -> Tree:
@@ -189,11 +191,21 @@ class PlanResult:
         return self.base_acceptance if self.base_acceptance is not None else self.acceptance
 
     @property
+    def planning_probabilities(self) -> list[float] | None:
+        """The vector the tree was planned from: the acceptance vector, or for a prompt seen before
+        the posterior its earlier runs give (what the run's learning starts planning from)."""
+        if self.remembered is not None:
+            return list(self.remembered["posterior"])
+        return list(self.acceptance.probabilities) if self.acceptance is not None else None
+
+    @property
     def backing_positions(self) -> int:
-        """Positions behind the plan's vector: measured (or interpolated) plus learned ones."""
+        """Positions behind the plan's vector: measured (or interpolated), learned over runs at these
+        settings, and remembered from earlier runs of this prompt."""
         base = self.measured_acceptance
         measured = int(base.positions) if base is not None else 0
-        return measured + int((self.learned or {}).get("positions", 0))
+        return (measured + int((self.learned or {}).get("positions", 0))
+                + int((self.remembered or {}).get("positions", 0)))
 
     def summary(self) -> dict:
         t = self.tree
@@ -209,6 +221,9 @@ class PlanResult:
                        backing_positions=self.backing_positions, acceptance_domain=self.domain or "pooled")
         if self.learned is not None:
             out["learned"] = dict(self.learned)
+        if self.remembered is not None:
+            out["remembered"] = {"runs": self.remembered["runs"], "positions": self.remembered["positions"]}
+            out["planned_acceptance"] = self.planning_probabilities
         if self.profile is not None:
             out["profile_source"] = self.profile.source
         if self.choice is not None:
@@ -352,20 +367,39 @@ def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | N
     observed (engine/prompt_memory.py); `memory` given instead is used as is, and nothing is kept."""
     if not result.method.uses_draft or not learns_from(result.method, settings):
         return None
-    vec = result.acceptance
+    learner = _learner(pair, result.acceptance, result.base_acceptance, result.domain, settings, opening,
+                       prompt_ids, memory)
+    if result.remembered is not None:   # build_plan already planned from this prompt's memory
+        learner.planned_with = result.planning_probabilities
+    return learner
+
+
+def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | None, prompt_ids, memory):
+    """A Learner starting from `vec` (the measured vector pooled with the stored evidence; `base`
+    before pooling) for a prompt of `domain`."""
     start = list(vec.probabilities) if vec is not None else [0.0] * 16
-    base = result.base_acceptance if result.base_acceptance is not None else vec
+    base = base if base is not None else vec
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "top_k": settings.top_k, "sampler": "greedy" if settings.greedy else "sequoia",
-            "draft_kernels": profiler.draft_kernels(pair), "domain": result.domain}
-    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, result.domain, settings.max_new_tokens, opening,
+            "draft_kernels": profiler.draft_kernels(pair), "domain": domain}
+    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens, opening,
                                    draft_kernels=meta["draft_kernels"])
-    key = learning_key(pair, settings, domain=result.domain)
+    key = learning_key(pair, settings, domain=domain)
     digest = prompt_memory.digest(prompt_ids) if prompt_ids is not None and memory is None else None
     if digest is not None:
         memory = prompt_memory.recall(key, digest)
     return learning.Learner(start, key, meta, base=list(base.probabilities) if base is not None else None,
                             drift=drift, opening=opening, memory=memory, prompt_digest=digest)
+
+
+def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) -> dict | None:
+    """What earlier runs of this prompt give the plan (engine/prompt_memory.py): the posterior the
+    run's learning would start planning from, with the runs and positions behind it; None for a
+    prompt not run before at these settings."""
+    learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, None)
+    if learner.memory is None:
+        return None
+    return {"runs": learner.memory.runs, "positions": learner.memory.positions, "posterior": learner.posterior}
 
 
 class Replanner:
@@ -432,12 +466,14 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
                progress: Callable[[float | None, str], None] | None = None,
                should_stop: Callable[[], bool] = lambda: False, prompts: list[str] | None = None,
                tokens_per_prompt: int = 48, profile_budget: int = PROFILE_BUDGET,
-               learn: bool = False, prompt: str | None = None) -> PlanResult:
+               learn: bool = False, prompt: str | None = None, prompt_ids: list[int] | None = None) -> PlanResult:
     """Spec -> Method (+ the numbers that predict it). Measures only when `measure` is True;
     otherwise raises NeedsMeasurement. Pure cache reads when measure=False (no model calls).
     learn=True: an interpolated vector is used rather than measuring (the run refines it), and the
     vector is pooled with the evidence earlier runs stored for these settings (engine/learning.py).
-    prompt: the text to be decoded, so its domain's vector can be used (engine/domains.py)."""
+    prompt: the text to be decoded, so its domain's vector can be used (engine/domains.py).
+    prompt_ids: its tokens; with learn, a DP tree of a prompt run before at these settings is planned
+    from what those runs observed (engine/prompt_memory.py), as the run's learning would."""
     spec.check()
     method = _fixed_method(spec)
     sampler = method.sampler if method is not None else "sequoia"
@@ -453,6 +489,13 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
         if stored.nodes > 0:
             vec = learning.with_stored(vec, stored)
             note += f"; pooled with {int(stored.nodes)} positions learned over {stored.runs} runs"
+    remembered = None
+    if learn and vec is not None and prompt_ids is not None and spec.kind in ("sequoia", "sequoia-auto"):
+        remembered = _remembered(pair, vec, base, domain, settings, prompt_ids)
+    if remembered is not None:
+        note += (f"; with {remembered['positions']} positions from {remembered['runs']} earlier "
+                 f"run{'s' if remembered['runs'] != 1 else ''} of this prompt")
+    probs = remembered["posterior"] if remembered is not None else (vec.probabilities if vec is not None else None)
     prof = corrected_profile(pair, not settings.greedy)
     choice = None
     if spec.kind == "sequoia-auto":
@@ -462,13 +505,13 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
                                        "profile this device first")
             prof = profiler.device_profile(pair, measure=True, max_budget=profile_budget,
                                            progress=progress, should_stop=should_stop)
-        choice = hardware_aware(vec.probabilities, prof, spec.budget, spec.depth, not settings.greedy)
+        choice = hardware_aware(probs, prof, spec.budget, spec.depth, not settings.greedy)
         method = methods_mod.sequoia(choice.tree, name="sequoia-auto")
     elif spec.kind == "sequoia":
-        method = methods_mod.sequoia(plan_from_vector(spec, vec.probabilities))
-    pred = predict(method.tree, vec.probabilities if vec is not None else None, prof, not settings.greedy)
+        method = methods_mod.sequoia(plan_from_vector(spec, probs))
+    pred = predict(method.tree, probs, prof, not settings.greedy)
     return PlanResult(spec, method, pred.tokens_per_step, vec, note, exact, prof, choice, pred.speedup,
-                      pred.seconds_per_step, base, learned, domain)
+                      pred.seconds_per_step, base, learned, domain, remembered)
 
 
 def dp_plan(pair, settings: Settings, budget: int, depth: int, **measuring) -> PlanResult:

@@ -281,13 +281,15 @@ class Worker:
     def quick_plan(self, spec: MethodSpec, settings: Settings, allow_nearest: bool = True,
                    learn: bool = True, prompt: str | None = None) -> PlanResult:
         """A plan from caches only (never measures, never calls a model). Raises
-        NeedsMeasurement when a vector or profile is missing (and no nearest vector may stand in)."""
+        NeedsMeasurement when a vector or profile is missing (and no nearest vector may stand in).
+        `prompt` (the Live prompt): its domain's vector, and with `learn` what its earlier runs
+        observed, as a run of it would plan (chat template as a run's default)."""
         pair = self._pair
         if pair is None:
             raise UserError("no model pair is loaded yet")
         self._last_user_activity = time.monotonic()  # someone is moving sliders: no background unit yet
         result = build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest, learn=learn,
-                            prompt=prompt)
+                            prompt=prompt, prompt_ids=_prompt_ids(pair, prompt) if learn else None)
         self.note_plan(result, settings)
         return result
 
@@ -441,6 +443,19 @@ class Worker:
         job._finish(STOPPED if stopped else DONE, result=result)
 
 
+def _prompt_ids(pair, prompt: str | None) -> list[int] | None:
+    """The Live prompt's tokens as a run would encode them, or None (no prompt, or one that does
+    not encode: the run itself says why)."""
+    if not prompt or not prompt.strip():
+        return None
+    from engine.models import encode_prompt
+    try:
+        return encode_prompt(pair, prompt)
+    except Exception:  # noqa: BLE001 - a plan without the prompt's memory beats no plan
+        log.warning("could not encode the prompt for its memory", exc_info=True)
+        return None
+
+
 def _release_device_memory() -> None:
     gc.collect()
     try:
@@ -452,3 +467,4 @@ def _release_device_memory() -> None:
 
 
 __all__ = ["Worker", "Job", "JobContext", "QUEUED", "RUNNING", "DONE", "FAILED", "STOPPED"]
+

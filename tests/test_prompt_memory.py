@@ -148,3 +148,64 @@ def test_a_second_run_of_a_prompt_starts_from_what_the_first_observed(cache):
     assert prompt_memory.recall(key, prompt_memory.digest(ids)).runs == 2
     run(ids, learn=False)
     assert prompt_memory.recall(key, prompt_memory.digest(ids)).runs == 2   # learning off keeps nothing
+
+
+def test_the_plan_of_a_prompt_run_before_is_planned_from_its_memory(cache):
+    """The plan the page and the CLI show (build_plan) is the tree the run's learning starts from,
+    and says which positions back it; the run then does not re-plan before its first step."""
+    from app import render
+    from tests.test_learning import _vec
+    pair = tiny_pair("llama")
+    settings = Settings(temperature=0.5, max_new_tokens=24)
+    measured = _vec(0.5, 1.0, [0.3, 0.1, 0.05, 0.02])
+    measured.draft, measured.target = pair.draft_name, pair.target_name
+    profiler.save_acceptance(pair, measured)
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    ids, other = encode_prompt(pair, "hello world", False), encode_prompt(pair, "another prompt", False)
+    before = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    assert before.remembered is None and "remembered" not in render.plan_line(before)
+    key = planning.learning_key(pair, settings, domain=before.domain)
+    easy = learning.Evidence([200, 40, 10], [190, 6, 2], 200)   # this prompt accepts rank 1 at 0.95
+    prompt_memory.remember(key, prompt_memory.digest(ids), easy, learning.Evidence())
+
+    plan = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    posterior = learning.pooled(measured.probabilities, easy)   # no drift for the tiny pair: all pools
+    assert plan.remembered == {"runs": 1, "positions": 200, "posterior": pytest.approx(posterior)}
+    assert tuple(plan.tree.parents) == tuple(planning.plan_from_vector(spec, posterior).parents)
+    assert tuple(plan.tree.parents) != tuple(before.tree.parents)
+    assert plan.expected_tokens == pytest.approx(plan.tree.expected_tokens(posterior))
+    assert plan.acceptance.probabilities == before.acceptance.probabilities   # the learner's start
+    assert plan.backing_positions == before.backing_positions + 200
+    assert plan.summary()["remembered"] == {"runs": 1, "positions": 200}
+    assert "200 remembered from 1 earlier run of this prompt" in render.plan_line(plan)
+    # the same plan for another prompt, with learning off, or without the prompt's tokens
+    for again in (planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=other),
+                  planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=False, prompt_ids=ids),
+                  planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True)):
+        assert again.remembered is None and tuple(again.tree.parents) == tuple(before.tree.parents)
+    # the run starts from this tree: its learning does not re-plan before the first step
+    replan = planning.Replanner(pair, plan, settings, learn=True, prompt_ids=ids)
+    assert replan() is plan.tree and replan.replans == 0
+    assert replan.learner.posterior == pytest.approx(posterior)
+
+
+def test_quick_plan_reads_the_live_prompts_memory(cache):
+    from engine.worker import Worker
+    from tests.test_learning import _vec
+    pair = tiny_pair("llama")
+    settings = Settings(temperature=0.5, max_new_tokens=24)
+    measured = _vec(0.5, 1.0, [0.3, 0.1, 0.05, 0.02])
+    measured.draft, measured.target = pair.draft_name, pair.target_name
+    profiler.save_acceptance(pair, measured)
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    ids = encode_prompt(pair, "hello world")   # as a run encodes it (chat template when it has one)
+    key = planning.learning_key(pair, settings)
+    prompt_memory.remember(key, prompt_memory.digest(ids), learning.Evidence([50], [45], 50), learning.Evidence())
+    worker = Worker()
+    worker._pair = pair
+    try:
+        assert worker.quick_plan(spec, settings, prompt="hello world").remembered["positions"] == 50
+        assert worker.quick_plan(spec, settings, prompt="hello world", learn=False).remembered is None
+        assert worker.quick_plan(spec, settings, prompt="   ").remembered is None   # no prompt: no memory
+    finally:
+        worker.close()

@@ -54,12 +54,13 @@ def spec_from_args(args) -> MethodSpec:
     return MethodSpec("sequoia", args.budget, depth)
 
 
-def method_from_args(args, pair, settings, learn: bool = False):
+def method_from_args(args, pair, settings, learn: bool = False, prompt_ids: list[int] | None = None):
     """(method, plan): the method to run and its PlanResult (the DP plan measures the acceptance
-    vector first when none is cached, or, with learn, starts from an interpolated one; the prompt's
-    domain picks the code or prose vector where they differ)."""
+    vector first when none is cached, or, with learn, starts from an interpolated one, and from
+    what earlier runs of `prompt_ids` observed; the prompt's domain picks the code or prose vector
+    where they differ)."""
     plan = build_plan(pair, spec_from_args(args), settings, measure=True, learn=learn,
-                      prompt=getattr(args, "prompt", None))
+                      prompt=getattr(args, "prompt", None), prompt_ids=prompt_ids)
     return plan.method, plan
 
 
@@ -89,7 +90,7 @@ def run(args) -> int:
     settings = settings_from_args(args)
     pair = pair_from_args(args)
     prompt_ids = encode_prompt(pair, args.prompt, args.chat)
-    method, plan = method_from_args(args, pair, settings, learn=args.learn)
+    method, plan = method_from_args(args, pair, settings, learn=args.learn, prompt_ids=prompt_ids)
     log.info("method %s, tree %d nodes / %d levels", method.label, method.tree.size, method.tree.depth)
     generator = make_generator(pair.device, settings.seed)
     samples, first_events = [], None
