@@ -139,6 +139,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             result = None
             out[info] = f"{need}."
         plan_vec = result.acceptance if result is not None else None
+        # what the tree was planned from: plan_vec, or for a prompt run before its memory's posterior
+        planned = result.planning_probabilities if result is not None else None
         if vec is None and plan_vec is not None:  # interpolated (or nearest), said so
             out[acc_chart] = plots.acceptance_figure(plan_vec.probabilities, ci=plan_vec.ci95, height=280,
                                                      planned_name="not measured here: " + (
@@ -158,8 +160,8 @@ def build(ctx: AppContext, live: dict) -> dict:
         if result is not None and plan_vec is not None:
             out[acc_caption] = (out.get(acc_caption, "") + f" · **the current plan is backed by "
                                 f"{result.backing_positions} positions** ({render.backing_detail(result)})")
-        if plan_vec is not None:
-            table = table_for(plan_vec.probabilities, ctx.max_budget, ctx.max_depth)
+        if planned is not None:
+            table = table_for(planned, ctx.max_budget, ctx.max_depth)
             mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
             out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, mark)
         else:
@@ -177,10 +179,10 @@ def build(ctx: AppContext, live: dict) -> dict:
         else:
             out[prof_chart] = plots.empty_figure("No device profile yet: press “Profile this device”", 280)
             out[prof_caption] = "Not profiled yet on this device and dtype."
-        if prof is not None and plan_vec is not None:
+        if prof is not None and planned is not None:
             # the profile the plan used: observed step costs blended in, sampling maths at T > 0
             used = result.profile if result is not None and result.profile is not None else prof
-            choice = planning.hardware_aware(plan_vec.probabilities, used, ctx.max_budget, ctx.max_depth,
+            choice = planning.hardware_aware(planned, used, ctx.max_budget, ctx.max_depth,
                                              not settings.greedy)
             mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
             out[speed] = plots.speedup_figure(choice.grid, mark, measured_up_to=max(used.target_seconds))
@@ -189,7 +191,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         # ---- chosen tree and export
         if result is not None:
             t = result.tree
-            out[chosen] = plots.plan_figure(t, plan_vec.probabilities if plan_vec is not None else None,
+            out[chosen] = plots.plan_figure(t, planned,
                                             title=f"Chosen tree: {result.method.label}", height=420)
             digest = hashlib.sha1(json.dumps(t.parents).encode()).hexdigest()[:8]
             stem = f"sequoia-tree-n{t.size}-d{t.depth}-{digest}"

@@ -182,7 +182,7 @@ def plan_line(result, running: bool = False) -> str:
 def backing_detail(result) -> str:
     """Which of a plan's backing positions were learned, and which remembered for this prompt."""
     learned = getattr(result, "learned", None) or {}
-    out = f"{learned.get('positions', 0)} learned over {learned.get('runs', 0)} runs"
+    out = f"{learned.get('positions', 0)} learned over {plural(learned.get('runs', 0), 'run')}"
     remembered = getattr(result, "remembered", None)
     if remembered:   # engine/prompt_memory.py: the tree was planned from these runs' posterior
         out += (f", {remembered['positions']} remembered from {plural(remembered['runs'], 'earlier run')} "
