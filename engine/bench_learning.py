@@ -55,6 +55,7 @@ from engine.decoding import generate
 from engine.models import encode_prompt
 from engine.prompts import Prompt, prompt_mix
 from engine.settings import Settings
+from engine.tree import Tree
 
 KINDS = ("code", "prose")
 FROZEN = ("the tree is frozen at the first step boundary at or after {after} generated tokens: "
@@ -161,22 +162,23 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
 
 def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int) -> dict:
     """One learning run that is never frozen (RUNNING): the rest's steps, each predicted before it
-    ran (tree.expected_tokens under the learner's posterior when the Replanner gave its tree),
-    against the rest's observed yields (bench.step_yield, the same boundary as bench.split_at)."""
+    ran (the expected tokens of the tree the step ran, as the Decoder cut it to the context, under
+    the learner's posterior when the Replanner gave its tree), against the rest's observed yields
+    (bench.step_yield, the same boundary as bench.split_at)."""
     replan = planning.Replanner(pair, result, settings, learn=True, opening=after)
     learner = replan.learner
     if learner is None:
         return {"error": None, "note": "no learning: the plan drafts nothing"}
     # keyed by the events observed so far: the Decoder asks once more before its first step
     # (check_fits), and the step's own request replaces that one
-    predicted: dict[int, float] = {}
+    posteriors: dict[int, list[float]] = {}
     events_seen, replans_before_rest = 0, None
 
     def plan():
         nonlocal replans_before_rest
         tree = replan()
         if not learning.in_opening(learner.tokens, after):   # this step is one of the rest's
-            predicted[events_seen] = tree.expected_tokens(learner.posterior)
+            posteriors[events_seen] = list(learner.posterior)
             if replans_before_rest is None:
                 replans_before_rest = replan.replans
         return tree
@@ -188,9 +190,9 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
         if event.nodes:
             steps.append(event)
     _, rest = bench.split_at(steps, after)
-    if not rest or len(rest) != len(predicted):
-        return {"error": None, "note": f"{len(rest)} steps after the boundary, {len(predicted)} predicted"}
-    predicted = list(predicted.values())
+    if not rest or len(rest) != len(posteriors):
+        return {"error": None, "note": f"{len(rest)} steps after the boundary, {len(posteriors)} predicted"}
+    predicted = [Tree(tuple(e.tree_parents)).expected_tokens(post) for e, post in zip(rest, posteriors.values())]
     yields = [bench.step_yield(e) for e in rest]
     mean_predicted, observed = sum(predicted) / len(predicted), sum(yields) / len(yields)
     trees = [tuple(e.tree_parents) for e in rest]

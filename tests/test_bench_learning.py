@@ -367,6 +367,29 @@ def test_the_running_check_predicts_each_rest_step_from_the_steps_before_it(monk
     assert text.count("running (re-planned all along): mean prediction") == 2
 
 
+def test_the_running_check_predicts_the_tree_a_step_ran_when_the_context_cut_it(monkeypatch):
+    """Near the context limit the Decoder cuts the plan (Decoder._fitted): a step is predicted by
+    the tree it ran, not by the plan it was given."""
+    pair = tiny_pair("llama", noise=0.15)
+    real = bench_learning.encode_prompt
+
+    def encode(pair, text, chat):   # the check's prompt leaves room for 14 of its 24 tokens
+        ids = real(pair, text, chat)
+        pair.context_limit = len(ids) + 14
+        return ids
+    monkeypatch.setattr(bench_learning, "encode_prompt", encode)
+    runs = _recorded(monkeypatch)
+    check = bench_learning.run_check(pair, PROMPTS[:1], _config(learning_check_running=True), {0.0: _vec(pair)},
+                                     None, say=lambda *_: None)
+    running = check["runs"][0]["running"]
+    steps = [e for e in runs[1] if e.nodes]
+    rest = steps[_boundary(steps, 8):]
+    assert any(Tree.from_parents(e.tree_parents).depth < 5 for e in rest)   # the context did cut
+    for j, (e, predicted) in enumerate(zip(rest, running["step_predictions"])):
+        posterior = learning.pooled(START, learning.events_evidence(steps[:len(steps) - len(rest) + j]))
+        assert predicted == pytest.approx(Tree.from_parents(e.tree_parents).expected_tokens(posterior))
+
+
 def test_the_running_check_with_the_boundary_at_zero_predicts_every_step(monkeypatch):
     """After 0 tokens every step is the rest's: the Decoder's extra plan() before its first step
     (check_fits) must not add a prediction."""
