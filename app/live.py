@@ -9,6 +9,7 @@ import gradio as gr
 
 from app import plots, render
 from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
+from engine import prompt_memory
 from engine.decoding import StepEvent
 from engine.errors import UserError
 from engine.tree import Tree, TreeError
@@ -82,11 +83,12 @@ class Run:
             if self.plan.tree.size == 1:
                 return 1.0, "autoregressive"
             return None, "no vector measured for these settings"
-        acc = tuple(vec.probabilities)
+        acc = tuple(self.plan.planning_probabilities)   # a prompt run before: its memory's posterior
         if not steps:
             return self.plan.expected_tokens, "G(n, d) of the plan"
         value = sum(_expected(tuple(e.tree_parents), acc) for e in steps) / len(steps)
-        return value, f"by the vector measured at T={vec.temperature:g}"
+        return value, (f"by the vector measured at T={vec.temperature:g}"
+                       + (" and this prompt's earlier runs" if self.plan.remembered else ""))
 
     def tree_fig(self, ev):
         return plots.tree_figure(ev, greedy=self.greedy, sampler=self.sampler)
@@ -105,8 +107,7 @@ class Run:
                 post_name = f"posterior for the answer's rest ({how} after {drift['opening']} tokens)"
             remembered = self.learning.get("remembered")
             if remembered:   # earlier runs of this prompt (engine/prompt_memory.py)
-                post_name += (f",<br>with {remembered['positions']} positions from {remembered['runs']} earlier "
-                              f"run{'s' if remembered['runs'] != 1 else ''} of this prompt")
+                post_name += ",<br>with " + prompt_memory.described(remembered["positions"], remembered["runs"])
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
                                            posterior_name=post_name,
@@ -184,15 +185,17 @@ def build(ctx: AppContext, header: dict) -> dict:
             plan_json = gr.JSON(label="Plan", elem_id="sq-plan-json")
 
     plan_md = header["plan"]
-    plan_inputs = [method, budget, depth, hardware, temperature, top_p, top_k, prompt]  # the prompt picks code/prose acceptance
+    # the prompt picks code/prose acceptance (and its memory); max new tokens, whether a rest is planned for
+    plan_inputs = [method, budget, depth, hardware, temperature, top_p, top_k, prompt, max_new]
 
     # ------------------------------------------------------------ handlers
-    def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, request: gr.Request = None):
+    def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
+               request: gr.Request = None):
         """Re-plan from caches at once; measure (with progress) only when nothing is measured."""
         sess = ctx.sessions.get(request)
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
-            settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
+            settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
         try:
@@ -232,13 +235,13 @@ def build(ctx: AppContext, header: dict) -> dict:
             out[tree] = plots.plan_figure(result.tree, vec)
         yield out
 
-    def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+    def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                    request: gr.Request = None):
         """On page load: draw the plan if caches allow; never starts a measurement."""
         sess = ctx.sessions.get(request)
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
-            settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
+            settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
         except NeedsMeasurement as need:

@@ -98,16 +98,17 @@ def build(ctx: AppContext, live: dict) -> dict:
     # the prompt too: it picks the code or prose acceptance vector, as in the Live tab's plan, which
     # this tab redraws (and writes to the header): without it the header switched to the pooled plan
     settings_inputs = [live["method"], live["budget"], live["depth"], live["hardware"], live["temperature"],
-                       live["top_p"], live["top_k"], live["prompt"]]
+                       live["top_p"], live["top_k"], live["prompt"], live["max_new"]]   # as a Live run would plan
     header_plan = live["plan_md"]
     outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
                header_plan]
 
-    def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+    def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
              request: gr.Request | None = None) -> dict:
         sess = ctx.sessions.get(request)
         try:
-            settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
+            # max new tokens: whether an answer's rest is planned for, with a prompt's memory (engine/learning.py)
+            settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             spec = spec_from(method_v if method_v in ("sequoia", "tree") else "sequoia", budget_v, depth_v, hw_v, sess)
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
@@ -134,7 +135,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[acc_caption] = "Not measured for these settings yet: press **Measure**."
         # ---- plan (exact vector, or the nearest one, said so)
         try:
-            result = worker.quick_plan(spec, settings, allow_nearest=True, prompt=prompt_v)
+            result = worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
+                                       prompt=prompt_v)
         except NeedsMeasurement as need:
             result = None
             out[info] = f"{need}."
@@ -210,11 +212,11 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[planner_json] = {}
         return out
 
-    def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+    def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                 request: gr.Request = None):
-        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
+        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
-    def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+    def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
         try:
             settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
@@ -223,13 +225,13 @@ def build(ctx: AppContext, live: dict) -> dict:
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         yield from _follow(job, acc_caption, "measuring acceptance")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
-    def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+    def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
         yield from _follow(job, prof_caption, "profiling")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
+        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
     def import_tree(path, request: gr.Request):
         sess = ctx.sessions.get(request)

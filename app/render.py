@@ -6,6 +6,7 @@ import html
 import os
 
 from app.plots import PLANNED, STATUS_COLORS, plural
+from engine import prompt_memory
 
 STEP_CLASSES = 2  # alternating step shades
 
@@ -163,8 +164,7 @@ def plan_line(result, running: bool = False) -> str:
         vec = result.measured_acceptance
         cls = "sq-warn" if not result.exact else "sq-note"
         # after "; ": which prompt domain's vector stands, and why (engine/domains.py)
-        said = [part for part in result.acceptance_note.split("; ")
-                if not part.startswith(("pooled with", "with "))]
+        said = [part for part in result.acceptance_note.split("; ") if not part.startswith("pooled with")]
         why = "; ".join(said[1:])
         note = (f'<div class="{cls}">acceptance: {esc("; ".join(said) if not result.exact else "")}'
                 f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}'
@@ -185,8 +185,7 @@ def backing_detail(result) -> str:
     out = f"{learned.get('positions', 0)} learned over {plural(learned.get('runs', 0), 'run')}"
     remembered = getattr(result, "remembered", None)
     if remembered:   # engine/prompt_memory.py: the tree was planned from these runs' posterior
-        out += (f", {remembered['positions']} remembered from {plural(remembered['runs'], 'earlier run')} "
-                f"of this prompt")
+        out += ", " + prompt_memory.described(remembered["positions"], remembered["runs"])
     return out
 
 

@@ -46,18 +46,21 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             return {header: render.pair_line(ctx.worker.describe(), ctx.worker.status()), pair_info: info,
                     pair_memory: mem}
 
-        def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, request: gr.Request = None):
+        def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
+                       request: gr.Request = None):
             """The page's first plan; remembers which pair it was made for (see status)."""
             pair = ctx.worker.pair
-            out = plan_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
+            out = plan_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             if pair is not None:
                 ctx.sessions.get(request).plan_pair = weakref.ref(pair)
             return out
 
-        def page_open(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, request: gr.Request = None):
-            return {**first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request), **pair_now()}
+        def page_open(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
+                      request: gr.Request = None):
+            return {**first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request), **pair_now()}
 
-        def status(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, request: gr.Request = None):
+        def status(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
+                   request: gr.Request = None):
             """Header every second; and once a (new) pair is ready, its description in the Models
             tab and the plan this page would use with it (the page may have opened while the pair
             was loading, or another pair was loaded since)."""
@@ -71,7 +74,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 return out
             had_run = bool(sess.events)
             try:
-                planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, request)
+                planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
                 log.exception("planning for the newly loaded pair failed")
                 sess.plan_pair = weakref.ref(pair)

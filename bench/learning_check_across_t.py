@@ -7,8 +7,8 @@ Reads the first runs of a `bench --learning-check` run at two temperatures (each
 samples its own answer; at T = 0 the greedy one). Per prompt kind it prints the correlation over
 prompts of the rests' observed tokens/step at the two temperatures, and for each prompt the error
 of predicting its rest at the second temperature from its rest at the first, scaled by the
-kind's mean ratio between the two (an upper bound for sharing the memory across temperatures:
-the ratio is fitted on the same prompts), beside the first run's own error and, when the check
+kind's ratio of mean rests between the two (optimistic for sharing the memory across
+temperatures: the ratio is fitted on the same prompts), beside the first run's own error and, when the check
 ran with --learning-check-repeat, the error of a repeat at the same temperature.
 """
 from __future__ import annotations
@@ -16,13 +16,15 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from pathlib import Path
 
 
 def main(path: str) -> int:
-    runs = json.load(open(path))["learning_check"]["runs"]
+    with open(path) as f:
+        runs = json.load(f)["learning_check"]["runs"]
     rows = {(r["temperature"], r["prompt"]): r for r in runs if r.get("observed_tokens_per_step")}
     low, high = sorted({t for t, _ in rows})[:2]
-    print(f"{path}: rests at T={low:g} and T={high:g} (first runs; each temperature its own answer)")
+    print(f"{Path(path).name}: rests at T={low:g} and T={high:g} (first runs; each temperature its own answer)")
     for kind in sorted({r["kind"] for r in rows.values()}):
         both = [p for (t, p), r in rows.items() if t == low and r["kind"] == kind and (high, p) in rows]
         # tokens/step of different trees do not compare: only prompts whose plan froze one tree at both
@@ -36,7 +38,7 @@ def main(path: str) -> int:
         scale = statistics.mean(b) / statistics.mean(a)
         others = f" (of {len(both)}; the others froze other trees)" if len(prompts) < len(both) else ""
         print(f"{kind}: correlation over {len(prompts)} prompts{others} {statistics.correlation(a, b):+.2f}; "
-              f"mean ratio T={high:g} / T={low:g} {scale:.3f}")
+              f"ratio of means T={high:g} / T={low:g} {scale:.3f}")
         within = 0
         for p, x, y in zip(prompts, a, b):
             err = x * scale / y - 1

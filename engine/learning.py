@@ -329,16 +329,23 @@ class Learner:
         return self.run.nodes > 0 or self.memory is not None
 
     @property
-    def posterior(self) -> list[float]:
-        head, tail, memory = self.head, self.tail, self.memory
+    def remembered(self) -> Evidence | None:
+        """The part of the prompt's memory the posterior counts now: its rests past the opening,
+        its openings in it, all of it without a drift; None without a memory."""
+        memory = self.memory
         if memory is None:
-            pass
-        elif self.past_opening:
-            tail = memory.tail.add(tail)
-        elif self.drift is not None:   # in the opening
-            head = memory.head.add(head)
-        else:                          # no drift: the answer taken as one rate
-            head = memory.head.add(memory.tail).add(head)
+            return None
+        if self.past_opening:
+            return memory.tail
+        return memory.head if self.drift is not None else memory.head.add(memory.tail)
+
+    @property
+    def posterior(self) -> list[float]:
+        head, tail, remembered = self.head, self.tail, self.remembered
+        if remembered is not None and self.past_opening:
+            tail = remembered.add(tail)
+        elif remembered is not None:   # in the opening, or no drift: the answer taken as one rate
+            head = remembered.add(head)
         return rest_posterior(self.start, head, tail, self.drift if self.past_opening else None, self.weight)
 
     def should_replan(self) -> bool:
@@ -352,7 +359,7 @@ class Learner:
         return {"prior": list(self.start), "posterior": self.posterior,
                 "observed": [(int(a), int(t)) for a, t in zip(accepts, trials)],
                 "positions": int(self.run.nodes),
-                "remembered": ({"runs": self.memory.runs, "positions": self.memory.positions}
+                "remembered": ({"runs": self.memory.runs, "positions": int(self.remembered.nodes)}
                                if self.memory is not None else None),
                 "weight": rest_weight(self.drift, self.weight) if self.past_opening else self.weight,
                 "drift": ({"ratio": self.drift.ratio, "prior_weight": self.drift.weight, "opening": self.opening,

@@ -6,6 +6,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 try:
@@ -15,6 +16,7 @@ except ImportError:   # Windows: the lock holds between threads only
 
 log = logging.getLogger(__name__)
 _threads = threading.Lock()   # stands in for the file lock where fcntl is missing
+LOCK_TIMEOUT = 30.0           # seconds to wait for another writer (each holds it for one small file's write)
 
 
 def cache_dir() -> Path:
@@ -41,22 +43,34 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 @contextlib.contextmanager
-def locked(path: Path):
+def locked(path: Path, timeout: float = LOCK_TIMEOUT):
     """Hold `path` for a read-modify-write (a store that adds one run to what earlier runs kept):
     an exclusive flock on a lock file beside it (.<name>.lock), which other processes (the app and a
-    CLI run on one cache) and other threads wait for. A folder the lock file cannot be made in is
-    not locked (a read-only cache then fails at the write, as before)."""
+    CLI run on one cache) and other threads wait for. Not re-entrant: do not nest it on one path.
+    Where no lock can be had (no fcntl: threads only; a folder the lock file cannot be made in; a
+    file system without flock; a holder past `timeout` seconds) the write goes ahead unlocked, with
+    a warning: a run's evidence may then be lost, never the run."""
     if fcntl is None:
         with _threads:
             yield
         return
+    fd = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path.parent / f".{path.name}.lock", "a")
-    except OSError as exc:
-        log.debug("not locking %s: %s", path, exc)
+        fd = os.open(path.parent / f".{path.name}.lock", os.O_RDONLY | os.O_CREAT, 0o666)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"held by another writer for over {timeout:g} s") from None
+                time.sleep(0.01)
+    except OSError as exc:   # TimeoutError included
+        log.warning("writing %s without a lock: %s", path, exc)
+    try:
         yield
-        return
-    with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)   # released when the file closes
-        yield
+    finally:
+        if fd is not None:
+            os.close(fd)   # releases the lock

@@ -369,7 +369,7 @@ def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | N
         return None
     learner = _learner(pair, result.acceptance, result.base_acceptance, result.domain, settings, opening,
                        prompt_ids, memory)
-    if result.remembered is not None:   # build_plan already planned from this prompt's memory
+    if result.planning_probabilities is not None:   # what the run's first tree was planned from
         learner.planned_with = result.planning_probabilities
     return learner
 
@@ -399,7 +399,7 @@ def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) ->
     learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, None)
     if learner.memory is None:
         return None
-    return {"runs": learner.memory.runs, "positions": learner.memory.positions, "posterior": learner.posterior}
+    return {"runs": learner.memory.runs, "positions": int(learner.remembered.nodes), "posterior": learner.posterior}
 
 
 class Replanner:
@@ -489,12 +489,10 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
         if stored.nodes > 0:
             vec = learning.with_stored(vec, stored)
             note += f"; pooled with {int(stored.nodes)} positions learned over {stored.runs} runs"
-    remembered = None
-    if learn and vec is not None and prompt_ids is not None and spec.kind in ("sequoia", "sequoia-auto"):
+    remembered = None   # a prompt run before: the DP plans from, and every method predicts by, its posterior
+    if (learn and vec is not None and prompt_ids is not None
+            and (method is None or (method.uses_draft and learns_from(method, settings)))):
         remembered = _remembered(pair, vec, base, domain, settings, prompt_ids)
-    if remembered is not None:
-        note += (f"; with {remembered['positions']} positions from {remembered['runs']} earlier "
-                 f"run{'s' if remembered['runs'] != 1 else ''} of this prompt")
     probs = remembered["posterior"] if remembered is not None else (vec.probabilities if vec is not None else None)
     prof = corrected_profile(pair, not settings.greedy)
     choice = None

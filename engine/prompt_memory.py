@@ -45,6 +45,11 @@ class Remembered:
         return int(self.head.nodes + self.tail.nodes)
 
 
+def described(positions: int, runs: int) -> str:
+    """The words every view uses for what a plan or posterior counts from this memory."""
+    return f"{positions} positions remembered from {runs} earlier run{'' if runs == 1 else 's'} of this prompt"
+
+
 def digest(prompt_ids) -> str:
     """The prompt's name in the store: its token ids hashed (the text as the models see it)."""
     return hashlib.sha256(",".join(str(int(t)) for t in prompt_ids).encode()).hexdigest()[:24]

@@ -467,4 +467,3 @@ def _release_device_memory() -> None:
 
 
 __all__ = ["Worker", "Job", "JobContext", "QUEUED", "RUNNING", "DONE", "FAILED", "STOPPED"]
-

@@ -194,3 +194,15 @@ def test_the_rests_own_steps_count_where_the_opening_misleads(capsys):
     assert dynamics.rest_weight_rmse(misled, 16, True, None) < 0.8 * dynamics.rest_weight_rmse(misled, 512, True, None)
     alike = _answers([0.2] * 12, lambda r: r, seed=2)
     assert dynamics.rest_weight_rmse(alike, 512, False, None) < 0.8 * dynamics.rest_weight_rmse(alike, 0, False, None)
+
+
+def test_the_across_temperature_reading_matches_the_committed_output(capsys):
+    """bench/learning_check_across_t.py, whose output the README quotes, reads the committed checks
+    into the committed bench/learning-check-across-t.txt; prompts that froze other trees are left out."""
+    across = _script("learning_check_across_t")
+    committed = (ROOT / "bench" / "learning-check-across-t.txt").read_text()
+    for check in ("learning-check-repeat-avx512.json", "learning-check-weight-avx512.json"):
+        assert across.main(str(ROOT / "bench" / check)) == 0
+        out = capsys.readouterr().out
+        assert out in committed
+    assert "code: correlation over 3 prompts (of 6; the others froze other trees)" in committed

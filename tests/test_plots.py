@@ -240,4 +240,4 @@ def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     learner.tokens = 64
     run.learning = learner.state()
     assert [t.name for t in run.acc_fig().data][-1] == ("posterior for the answer's rest (prior worth 128 after 64 "
-                                                        "tokens),<br>with 120 positions from 2 earlier runs of this prompt")
+                                                        "tokens),<br>with 90 positions remembered from 2 earlier runs of this prompt")   # the rests

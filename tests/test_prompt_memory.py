@@ -98,11 +98,13 @@ def test_the_learner_counts_a_prompts_rests_as_evidence_of_this_rest():
         without.observe(ev)
     head = learning.events_evidence(opening)
     assert with_memory.posterior == pytest.approx(learning.pooled(prior, memory.head.add(head)))
+    # the chart counts the remembered positions the posterior counts: the openings in the opening
+    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.head.nodes}
     with_memory.opening = without.opening = with_memory.tokens   # the opening ends here
     assert with_memory.posterior == pytest.approx(learning.rest_posterior(prior, head, memory.tail, drift, 128.0))
     # this prompt's rest accepts at 0.95 where its opening did at 0.5: the memory says so, the opening cannot
     assert with_memory.posterior[0] > without.posterior[0] + 0.1 and without.posterior[0] < 0.7
-    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.positions}
+    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.tail.nodes}   # the rests past it
     # without a drift the answer is one rate: all of the memory pools with all of the run
     plain = learning.Learner(prior, memory=memory)
     for ev in opening:
@@ -177,7 +179,7 @@ def test_the_plan_of_a_prompt_run_before_is_planned_from_its_memory(cache):
     assert plan.acceptance.probabilities == before.acceptance.probabilities   # the learner's start
     assert plan.backing_positions == before.backing_positions + 200
     assert plan.summary()["remembered"] == {"runs": 1, "positions": 200}
-    assert "200 remembered from 1 earlier run of this prompt" in render.plan_line(plan)
+    assert "200 positions remembered from 1 earlier run of this prompt" in render.plan_line(plan)
     # the same plan for another prompt, with learning off, or without the prompt's tokens
     for again in (planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=other),
                   planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=False, prompt_ids=ids),
@@ -209,3 +211,26 @@ def test_quick_plan_reads_the_live_prompts_memory(cache):
         assert worker.quick_plan(spec, settings, prompt="   ").remembered is None   # no prompt: no memory
     finally:
         worker.close()
+
+
+def test_with_a_drift_the_plan_counts_only_the_remembered_openings(cache, monkeypatch):
+    """A run long enough to have a rest (a drift applies) starts in its opening, where only the
+    remembered openings count (learning.Learner): the plan is planned from, and counts, them alone."""
+    from tests.test_learning import _vec
+    pair = tiny_pair("llama")
+    monkeypatch.setattr(planning.answer_drift, "drift_for", lambda *a, **k: Drift(0.7, 128.0))
+    settings = Settings(temperature=0.5, max_new_tokens=200)
+    measured = _vec(0.5, 1.0, [0.3, 0.1, 0.05, 0.02])
+    measured.draft, measured.target = pair.draft_name, pair.target_name
+    profiler.save_acceptance(pair, measured)
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    ids = encode_prompt(pair, "hello world", False)
+    key = planning.learning_key(pair, settings)
+    head, tail = learning.Evidence([60, 10], [50, 3], 60), learning.Evidence([150, 20], [148, 1], 150)
+    prompt_memory.remember(key, prompt_memory.digest(ids), head, tail)
+    plan = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    assert plan.remembered["positions"] == 60 and plan.remembered["runs"] == 1
+    assert plan.remembered["posterior"] == pytest.approx(learning.pooled(measured.probabilities, head))
+    replan = planning.Replanner(pair, plan, settings, learn=True, prompt_ids=ids)
+    assert replan() is plan.tree and replan.replans == 0
+    assert replan.state()["remembered"] == {"runs": 1, "positions": 60}

@@ -436,7 +436,7 @@ def test_the_page_writes_only_to_the_cache_and_temp_folders(served, client, tmp_
     # the export goes to the app's own temp folder: no request names a path to write
     info = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
     params = info["/planner"]["parameters"]  # the prompt is text to classify as code or prose, never a path
-    assert {p["component"] for p in params if p["label"] != "Prompt"} <= {"Dropdown", "Slider", "Checkbox"}
+    assert {p["component"] for p in params if p["label"] != "Prompt"} <= {"Dropdown", "Slider", "Checkbox", "Number"}
     assert [p["component"] for p in params if p["label"] == "Prompt"] == ["Textbox"]
     # measured first, so the tab has a plan to export whichever tests ran before in this worker
     client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/measure")
