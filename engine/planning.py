@@ -397,7 +397,7 @@ def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) ->
     run's learning would start planning from, with the runs and positions behind it; None for a
     prompt not run before at these settings."""
     learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, None)
-    if learner.memory is None:
+    if learner.memory is None or learner.remembered.nodes <= 0:   # none, or none of the part a start counts
         return None
     return {"runs": learner.memory.runs, "positions": int(learner.remembered.nodes), "posterior": learner.posterior}
 

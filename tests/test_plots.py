@@ -241,3 +241,8 @@ def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     run.learning = learner.state()
     assert [t.name for t in run.acc_fig().data][-1] == ("posterior for the answer's rest (prior worth 128 after 64 "
                                                         "tokens),<br>with 90 positions remembered from 2 earlier runs of this prompt")   # the rests
+    no_rests = prompt_memory.Remembered(learning.Evidence([30], [20], 30), learning.Evidence(), 2)   # short runs
+    learner = learning.Learner([0.7, 0.1], drift=Drift(1.0, 128.0), opening=64, memory=no_rests)
+    learner.tokens = 64
+    run.learning = learner.state()
+    assert [t.name for t in run.acc_fig().data][-1] == "posterior for the answer's rest (prior worth 128 after 64 tokens)"
