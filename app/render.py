@@ -185,7 +185,8 @@ def backing_detail(result) -> str:
     out = f"{learned.get('positions', 0)} learned over {plural(learned.get('runs', 0), 'run')}"
     remembered = getattr(result, "remembered", None)
     if remembered:   # engine/prompt_memory.py: the tree was planned from these runs' posterior
-        out += ", " + prompt_memory.described(remembered["positions"], remembered["runs"])
+        out += ", " + prompt_memory.described(remembered["positions"], remembered["runs"],
+                                              remembered.get("carried_from", ""))
     return out
 
 

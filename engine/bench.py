@@ -111,6 +111,7 @@ class BenchConfig:
     learning_check_prompts: int = 1                   # check runs per prompt kind (the first of each)
     learning_check_running: bool = False              # also a run per prompt that keeps re-planning
     learning_check_repeat: bool = False               # also a second run per prompt remembering the first
+    learning_check_across: bool = False               # also a run per prompt at later T carrying the first T's
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -588,6 +589,10 @@ DEFINITIONS = {
     "learning_check_repeat": "--learning-check-repeat: learning_check.runs[].repeat, a second frozen run of each "
                              "check prompt (another seed) whose learner remembers the first run's opening and "
                              "rest (engine/prompt_memory.py), judged as the first; its evidence is not stored",
+    "learning_check_across": "--learning-check-across-t: learning_check.runs[].across, at each temperature after "
+                             "the first a frozen run of each check prompt (the first run's seed) whose learner "
+                             "carries what the prompt's run at the first temperature observed, rescaled "
+                             "(prompt_memory.carried), judged as the first; its evidence is not stored",
     "observed_costs": "machine.observed_costs: t(n)/t(1) and the draft's seconds per level over t(1) read off this "
                       "run's interleaved lanes (verify seconds per step by tree size; chains' draft seconds per "
                       "level), beside the device profile's",

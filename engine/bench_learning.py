@@ -37,6 +37,10 @@ rest's mean prediction against its observed tokens/step is a one-step-ahead (pre
 of learning: each prediction is made before its step runs, but later ones have seen more of the
 rest than the frozen check's one prediction. Its evidence is never stored.
 
+With --learning-check-across-t, at each temperature after the first, each prompt also runs frozen
+with the first run's seed, its learner carrying what the prompt's run at the first temperature
+observed (prompt_memory.carried's rule, in memory): a prompt run again at another temperature.
+
 With --learning-check-repeat each prompt runs a second time, frozen like the first, with the seed
 plus REPEAT_SEED (at T > 0 another answer to the same prompt; at T = 0 the same answer), its
 learner remembering the first run's opening and rest (engine/prompt_memory.py, in memory: the
@@ -68,6 +72,9 @@ RUNNING = ("with --learning-check-running, a second run of each prompt that keep
 REPEAT = ("with --learning-check-repeat, a second frozen run of each prompt (seed + {seed}: at T = 0 the same "
           "answer) remembering what the first run observed, its opening and its rest (engine/prompt_memory.py)")
 REPEAT_SEED = 1000
+ACROSS = ("with --learning-check-across-t, at each later temperature a frozen run of each prompt (the first run's "
+          "seed) carrying what its run at T={first:g} observed, its rank-1 misses rescaled by the measured "
+          "vectors' (engine/prompt_memory.py carried)")
 
 
 def check_prompts(prompts: list[Prompt], per_kind: int = 1) -> list[tuple[Prompt, int | None]]:
@@ -144,7 +151,7 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
     base = result.base_acceptance
     positions = {"measured": int(base.positions), "stored": result.learned["positions"],
                  "stored_runs": result.learned["runs"], "this_run": frozen["positions"],
-                 "remembered": memory.positions if memory is not None else 0}
+                 "remembered": int(learner.remembered.nodes) if memory is not None else 0}   # what it counts past the opening
     positions["total"] = positions["measured"] + positions["stored"] + positions["this_run"] + positions["remembered"]
     row.update(tokens_before=frozen["tokens"], steps_before=len(steps) - n, tokens_after=kept, steps_after=n,
                truncated_tokens_after=sum(rest["rest_step_yields"]) - kept,
@@ -203,6 +210,20 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
             "tree_changes_after": sum(a != b for a, b in zip(trees, trees[1:]))}
 
 
+def run_across(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int,
+               first: learning.Learner | None, first_label: str) -> dict:
+    """The prompt's run at a later temperature (ACROSS): frozen like its first run there, carrying
+    the first temperature's run, rescaled as prompt_memory.carried does."""
+    if first is None:
+        return {"error": None, "note": "no learning: the plan drafts nothing"}
+    here = result.measured_acceptance.probabilities
+    ratio = (1.0 - here[0]) / (1.0 - first.base[0])
+    memory = prompt_memory.Remembered(prompt_memory.rescaled(first.head, ratio),
+                                      prompt_memory.rescaled(first.tail, ratio), 1, first_label)
+    row, _ = run_one(pair, prompt_ids, result, settings, after, memory=memory)
+    return {**row, "carried_from": first_label, "miss_ratio": ratio}
+
+
 def run_repeat(pair, prompt_ids: list[int], result: planning.PlanResult, settings: Settings, after: int,
                first: learning.Learner | None) -> dict:
     """The prompt's second run (REPEAT): frozen like the first, another seed, remembering the first
@@ -219,7 +240,7 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
     """Every (temperature, kind) run; `vectors` maps each bench temperature to its acceptance vector,
     `costs` (optional) to the corrected costs to plan with there (engine/observed.py), else `prof`."""
     after, tokens = config.learning_check_after, config.learning_check_tokens
-    rows, replanners = [], []
+    rows, replanners, firsts = [], [], {}   # firsts: the first temperature's learner per prompt
     for temperature in config.temperatures:
         for prompt, index in check_prompts(prompts, config.learning_check_prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
@@ -241,6 +262,15 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
                 say("  running (re-planned all along): " + (running["note"] if running["error"] is None else
                     f"mean prediction {running['predicted_tokens_per_step']:.2f} vs observed "
                     f"{running['observed_tokens_per_step']:.2f} tok/step ({running['error']:+.1%})"))
+            if temperature == config.temperatures[0]:
+                firsts[prompt.title] = replan.learner
+            elif config.learning_check_across:
+                label = prompt_memory.settings_label({"temperature": config.temperatures[0], "top_p": config.top_p,
+                                                      "top_k": config.top_k})
+                row["across"] = across = run_across(pair, ids, result, settings, after, firsts.get(prompt.title), label)
+                say(f"  carrying the run at {label}: " + (across["note"] if across["error"] is None else
+                    f"predicted {across['predicted_tokens_per_step']:.2f} vs observed "
+                    f"{across['observed_tokens_per_step']:.2f} tok/step ({across['error']:+.1%})"))
             if config.learning_check_repeat:
                 row["repeat"] = again = run_repeat(pair, ids, result, settings, after, replan.learner)
                 say(f"  repeated{_in_sample(temperature)}, remembering the first run: " + (again["note"] if again["error"] is None else
@@ -252,6 +282,7 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
     return {"after": after, "tokens": tokens, "frozen": FROZEN.format(after=after), "evidence_stored": stored,
             **({"running": RUNNING} if config.learning_check_running else {}),
             **({"repeat": REPEAT.format(seed=REPEAT_SEED)} if config.learning_check_repeat else {}),
+            **({"across": ACROSS.format(first=config.temperatures[0])} if config.learning_check_across else {}),
             "storage": ("stored after all check runs (--learn), so none of them, nor any other lane, "
                         "started from another check run's evidence" if stored
                         else "not stored (--no-learn)"),
@@ -296,6 +327,15 @@ def format_check(check: dict | None) -> str:
                          f"tok/step over {running['steps_after']} steps ({running['error']:+.1%}); "
                          f"{running['replans_after']} re-plans and {running['tree_changes_after']} tree changes "
                          "after the boundary"))
+        across = r.get("across")
+        if across:
+            lines.append(f"      carrying the run at {across.get('carried_from', '?')}: " + (
+                across["note"] if across["error"] is None else
+                f"predicted {across['predicted_tokens_per_step']:.2f} vs observed "
+                f"{across['observed_tokens_per_step']:.2f}{_interval(across)} tok/step over the last "
+                f"{across['tokens_after']} tokens ({across['error']:+.1%}); "
+                f"{(across.get('remembered') or {}).get('positions', 0)} positions carried, rank-1 misses "
+                f"x{across['miss_ratio']:.3f}"))
         again = r.get("repeat")
         if again:
             lines.append(f"      repeated{_in_sample(r['temperature'])}, remembering the first run: " + (again["note"] if again["error"] is None else
@@ -336,7 +376,8 @@ def _tallies(groups: dict[tuple[float, str], list[dict]]) -> list[str]:
                 + "; inside the rest's own 95 % interval: " + ", ".join(
                 f"{kind} {sum(inside_interval(r) is True for r in rs)} of "
                 f"{sum(inside_interval(r) is not None for r in rs)}" for kind, rs in kinds))
-            for part, name in (("running", "running"), ("repeat", f"repeated{_in_sample(t)}")):
+            for part, name in (("running", "running"), ("across", "carrying the first temperature's run"),
+                               ("repeat", f"repeated{_in_sample(t)}")):
                 ran = [(kind, [r[part] for r in rs if (r.get(part) or {}).get("error") is not None])
                        for kind, rs in kinds]
                 if any(rs for _, rs in ran):

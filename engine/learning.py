@@ -292,7 +292,8 @@ class Learner:
     rest_posterior(start, head, memory.tail + tail, drift), so the rest's prior (the drifted
     opening, worth w' + this run's opening trials) is updated by every rest of this prompt seen so
     far; without a drift, pooled(start, all of memory + all of the run). `prompt_digest` names the
-    prompt: record() then adds this run's opening and rest to its memory."""
+    prompt: record() then adds this run's opening and rest to its memory (at these settings only,
+    also when `memory` was carried from runs at others: prompt_memory.carried)."""
 
     def __init__(self, start: list[float], key: str | None = None, meta: dict | None = None,
                  base: list[float] | None = None, weight: float = PRIOR_WEIGHT,
@@ -359,7 +360,8 @@ class Learner:
         return {"prior": list(self.start), "posterior": self.posterior,
                 "observed": [(int(a), int(t)) for a, t in zip(accepts, trials)],
                 "positions": int(self.run.nodes),
-                "remembered": ({"runs": self.memory.runs, "positions": int(self.remembered.nodes)}
+                "remembered": ({"runs": self.memory.runs, "positions": int(self.remembered.nodes),
+                                "carried_from": self.memory.carried_from}
                                if self.memory is not None else None),
                 "weight": rest_weight(self.drift, self.weight) if self.past_opening else self.weight,
                 "drift": ({"ratio": self.drift.ratio, "prior_weight": self.drift.weight, "opening": self.opening,
@@ -374,7 +376,8 @@ class Learner:
             return None
         if self.prompt_digest is not None:
             try:
-                prompt_memory.remember(self.key, self.prompt_digest, self.head, self.tail)
+                prompt_memory.remember(self.key, self.prompt_digest, self.head, self.tail, self.meta,
+                                       1.0 - self.base[0] if self.base else None)
             except Exception:  # noqa: BLE001 - the prompt's memory must not cost the run its pooled store
                 log.exception("could not keep this prompt's evidence")
         return record(self.key, self.head if self.drift is not None else self.run, self.meta, self.base)

@@ -222,7 +222,7 @@ class PlanResult:
         if self.learned is not None:
             out["learned"] = dict(self.learned)
         if self.remembered is not None:
-            out["remembered"] = {"runs": self.remembered["runs"], "positions": self.remembered["positions"]}
+            out["remembered"] = {k: self.remembered[k] for k in ("runs", "positions", "carried_from")}
             out["planned_acceptance"] = self.planning_probabilities
         if self.profile is not None:
             out["profile_source"] = self.profile.source
@@ -385,11 +385,13 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
     drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens, opening,
                                    draft_kernels=meta["draft_kernels"])
     key = learning_key(pair, settings, domain=domain)
+    base = list(base.probabilities) if base is not None else None
     digest = prompt_memory.digest(prompt_ids) if prompt_ids is not None and memory is None else None
-    if digest is not None:
-        memory = prompt_memory.recall(key, digest)
-    return learning.Learner(start, key, meta, base=list(base.probabilities) if base is not None else None,
-                            drift=drift, opening=opening, memory=memory, prompt_digest=digest)
+    if digest is not None:   # runs at these settings, else runs at the nearest others, rescaled
+        memory = (prompt_memory.recall(key, digest)
+                  or prompt_memory.carried(key, digest, meta, 1.0 - base[0] if base else None))
+    return learning.Learner(start, key, meta, base=base, drift=drift, opening=opening, memory=memory,
+                            prompt_digest=digest)
 
 
 def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) -> dict | None:
@@ -399,7 +401,8 @@ def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) ->
     learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, None)
     if learner.memory is None or learner.remembered.nodes <= 0:   # none, or none of the part a start counts
         return None
-    return {"runs": learner.memory.runs, "positions": int(learner.remembered.nodes), "posterior": learner.posterior}
+    return {"runs": learner.memory.runs, "positions": int(learner.remembered.nodes), "posterior": learner.posterior,
+            "carried_from": learner.memory.carried_from}
 
 
 class Replanner:

@@ -35,19 +35,22 @@ MAX_PROMPTS = 256   # prompts kept per learning key
 
 @dataclass(frozen=True)
 class Remembered:
-    """One prompt's evidence from earlier runs: its openings' and its rests'."""
+    """One prompt's evidence from earlier runs: its openings' and its rests'. `carried_from`: the
+    settings of runs at another temperature (or top-p, top-k) it was carried from ("" = these)."""
     head: learning.Evidence
     tail: learning.Evidence
     runs: int
+    carried_from: str = ""
 
     @property
     def positions(self) -> int:
         return int(self.head.nodes + self.tail.nodes)
 
 
-def described(positions: int, runs: int) -> str:
+def described(positions: int, runs: int, carried_from: str = "") -> str:
     """The words every view uses for what a plan or posterior counts from this memory."""
-    return f"{positions} positions remembered from {runs} earlier run{'' if runs == 1 else 's'} of this prompt"
+    return (f"{positions} positions remembered from {runs} earlier run{'' if runs == 1 else 's'} of this prompt"
+            + (f" at {carried_from} (rescaled)" if carried_from else ""))
 
 
 def digest(prompt_ids) -> str:
@@ -100,19 +103,23 @@ def _when(entry: dict) -> float:
     return float(t) if isinstance(t, (int, float)) else 0.0
 
 
-def remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learning.Evidence) -> Remembered | None:
+def remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learning.Evidence,
+             meta: dict | None = None, base_miss: float | None = None) -> Remembered | None:
     """Add one run's opening and rest evidence to this prompt's; returns what is now remembered
     (None when the run observed nothing). An unreadable file is set aside as <key>.json.corrupt
     (not overwritten unseen); a read-only cache is logged, not raised. Two processes writing one
-    key at once wait for each other (paths.locked); each write is whole (paths.write_atomic)."""
+    key at once wait for each other (paths.locked); each write is whole (paths.write_atomic).
+    `meta` (the Learner's: pair, draft kernels, domain, T, top-p, top-k) and `base_miss` (the
+    measured vector's P(rank 1 missed) at these settings) let runs at other settings carry it."""
     if head.nodes + tail.nodes <= 0:
         return None
     path = path_for(key)
     with locked(path):
-        return _remember(key, prompt_digest, head, tail)
+        return _remember(key, prompt_digest, head, tail, meta, base_miss)
 
 
-def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learning.Evidence) -> Remembered:
+def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learning.Evidence,
+              meta: dict | None, base_miss: float | None) -> Remembered:
     path = path_for(key)
     prompts = _read(key)
     if prompts is None:
@@ -125,12 +132,90 @@ def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learn
     now = Remembered(before.head.add(replace(head, runs=0)).capped(CAP),
                      before.tail.add(replace(tail, runs=0)).capped(CAP), before.runs + 1)
     prompts[prompt_digest] = {"head": now.head.to_dict(), "tail": now.tail.to_dict(), "runs": now.runs,
-                              "updated_at": time.time()}
+                              "updated_at": time.time(),
+                              **({"base_miss": float(base_miss)} if _miss_ok(base_miss) else {})}
     if len(prompts) > MAX_PROMPTS:   # forget the least recently run
         for old in sorted(prompts, key=lambda d: _when(prompts[d]))[:len(prompts) - MAX_PROMPTS]:
             del prompts[old]
     try:
-        write_atomic(path, json.dumps({"format": 1, "cap": CAP, "prompts": prompts}))
+        header = {"family": family(meta), "settings": _settings(meta)} if meta else {}
+        write_atomic(path, json.dumps({"format": 1, "cap": CAP, **header, "prompts": prompts}))
     except OSError as exc:
         log.warning("could not store the prompt memory: %s", exc)
     return now
+
+
+# ---------------------------------------------------------------- carried across settings
+# A code prompt's rest accepts alike at T = 0 and T = 0.7 (README, "Within a kind it holds for
+# code more than for prose"): a prompt never run at these settings may count what its runs at
+# others observed, their P(rank 1 missed) rescaled by the ratio of the measured vectors' misses at
+# the two settings (ranks 2.. scaled alike, as learning.drifted does). Runs at these settings win.
+
+def family(meta: dict | None) -> str:
+    """What a memory may be carried across: one pair, draft kernels and prompt domain."""
+    meta = meta or {}
+    ident = [meta.get(k) for k in ("draft", "target", "draft_kernels", "domain")]
+    return hashlib.sha256(json.dumps(ident).encode()).hexdigest()[:16]
+
+
+def _settings(meta: dict) -> dict:
+    return {k: meta.get(k) for k in ("temperature", "top_p", "top_k")}
+
+
+def _miss_ok(miss) -> bool:
+    return isinstance(miss, (int, float)) and math.isfinite(miss) and 0 < miss <= 1
+
+
+def settings_label(settings: dict) -> str:
+    out = f"T={settings.get('temperature', 0):g}"
+    if settings.get("top_p", 1) != 1:
+        out += f", top-p={settings['top_p']:g}"
+    if settings.get("top_k"):
+        out += f", top-k={settings['top_k']}"
+    return out
+
+
+def rescaled(ev: learning.Evidence, ratio: float) -> learning.Evidence:
+    """`ev` with its rank-1 misses multiplied by `ratio` and the ranks after it scaled alike."""
+    if not ev.trials:
+        return ev
+    t1, a1 = ev.trials[0], ev.accepts[0]
+    miss = min(t1, (t1 - a1) * ratio)
+    scale = miss / (t1 - a1) if t1 > a1 else 0.0
+    accepts = [t1 - miss] + [min(t, a * scale) for t, a in zip(ev.trials[1:], ev.accepts[1:])]
+    return learning.Evidence(list(ev.trials), accepts, ev.nodes, ev.runs)
+
+
+def carried(key: str, prompt_digest: str, meta: dict, base_miss: float) -> Remembered | None:
+    """This prompt's memory at the nearest other settings of its family (nearest temperature, then
+    top-p, then top-k; the most runs on a tie), rescaled to these settings; None when there is none
+    (or no measured miss to rescale by)."""
+    if not _miss_ok(base_miss):
+        return None
+    mine, here = family(meta), _settings(meta)
+    found = []
+    for path in path_for(key).parent.glob("*.json"):
+        if path.stem == key:
+            continue
+        try:
+            obj = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(obj, dict) or obj.get("family") != mine or not isinstance(obj.get("prompts"), dict):
+            continue
+        there = obj.get("settings") or {}
+        entry = obj["prompts"].get(prompt_digest)
+        got = _entry(obj["prompts"], prompt_digest)
+        if got is None or not _miss_ok(entry.get("base_miss")):
+            continue
+        try:
+            distance = (abs(float(there["temperature"]) - float(here["temperature"])),
+                        abs(float(there["top_p"]) - float(here["top_p"])), int(there["top_k"] != here["top_k"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        found.append((distance, -got.runs, got, entry["base_miss"], there))
+    if not found:
+        return None
+    _, _, got, miss_there, there = min(found, key=lambda f: f[:2])
+    ratio = base_miss / miss_there
+    return Remembered(rescaled(got.head, ratio), rescaled(got.tail, ratio), got.runs, settings_label(there))

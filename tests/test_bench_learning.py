@@ -434,7 +434,7 @@ def test_the_repeat_check_remembers_the_first_runs_opening_and_rest(monkeypatch)
         assert memory.runs == 1 and memory.head.nodes == learning.events_evidence(steps[:i]).nodes
         assert memory.tail.nodes == learning.events_evidence(steps[i:]).nodes
         repeat = row["repeat"]
-        assert repeat["remembered"] == {"runs": 1, "positions": memory.positions}
+        assert repeat["remembered"] == {"runs": 1, "positions": memory.positions, "carried_from": ""}
         # no drift for the tiny pair: the answer is one rate, and all of the memory pools with the run.
         # Its first step was planned from the memory, before it observed anything
         second = [e for e in again if e.nodes]
@@ -455,3 +455,40 @@ def test_the_repeat_check_needs_the_learning_check():
     from engine.errors import UserError
     with pytest.raises(UserError, match="needs --learning-check"):
         bench_cmd._validate(_config(learning_check=False, learning_check_repeat=True))
+
+
+def test_the_across_check_carries_the_first_temperatures_run_rescaled(monkeypatch):
+    """--learning-check-across-t: at T = 0.7 each prompt runs once more, frozen, with its first
+    run's seed, carrying the T = 0 run's opening and rest with rank-1 misses scaled by the ratio of
+    the two vectors' misses (prompt_memory.carried's rule); the store on disk is not used."""
+    from engine import prompt_memory
+    pair = tiny_pair("llama", noise=0.15)
+    seen = []
+    real = bench_learning.run_one
+
+    def run_one(pair, ids, result, settings, after, memory=None):
+        row, replan = real(pair, ids, result, settings, after, memory=memory)
+        seen.append((settings.temperature, settings.seed, memory, replan.learner))
+        return row, replan
+    monkeypatch.setattr(bench_learning, "run_one", run_one)
+    hot = profiler.AcceptanceVector([0.05, 0.05, 0.02, 0.01], 0.87, 10, [0.1] * 4, pair.draft_name, pair.target_name,
+                                    "sequoia", 0.7, 1.0, 4, 1, "x")
+    config = _config(temperatures=(0.0, 0.7), learning_check_across=True)
+    check = bench_learning.run_check(pair, PROMPTS, config, {0.0: _vec(pair), 0.7: hot}, None, say=lambda *_: None)
+    assert "across" in check and len(seen) == 6   # 2 first runs at T = 0; 2 first and 2 carrying at T = 0.7
+    ratio = (1 - 0.05) / (1 - START[0])
+    for n, row in enumerate(check["runs"][2:]):
+        (_, seed, none, _), (t, seed_across, memory, _) = seen[2 + 2 * n], seen[3 + 2 * n]
+        first = seen[n][3]
+        assert none is None and t == 0.7 and seed_across == seed
+        assert memory.carried_from == "T=0" and memory.runs == 1
+        assert memory.head.to_dict() == prompt_memory.rescaled(first.head, ratio).to_dict()
+        assert memory.tail.to_dict() == prompt_memory.rescaled(first.tail, ratio).to_dict()
+        assert row["across"]["carried_from"] == "T=0" and row["across"]["miss_ratio"] == pytest.approx(ratio)
+    assert all("across" not in row for row in check["runs"][:2])
+    assert not list(prompt_memory.path_for("x").parent.glob("*.json"))   # nothing stored
+    text = bench_learning.format_check(check)
+    assert text.count("carrying the run at T=0: predicted") == 2
+    from engine.errors import UserError
+    with pytest.raises(UserError, match="at least two"):
+        bench_cmd._validate(_config(learning_check_across=True))

@@ -99,12 +99,12 @@ def test_the_learner_counts_a_prompts_rests_as_evidence_of_this_rest():
     head = learning.events_evidence(opening)
     assert with_memory.posterior == pytest.approx(learning.pooled(prior, memory.head.add(head)))
     # the chart counts the remembered positions the posterior counts: the openings in the opening
-    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.head.nodes}
+    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.head.nodes, "carried_from": ""}
     with_memory.opening = without.opening = with_memory.tokens   # the opening ends here
     assert with_memory.posterior == pytest.approx(learning.rest_posterior(prior, head, memory.tail, drift, 128.0))
     # this prompt's rest accepts at 0.95 where its opening did at 0.5: the memory says so, the opening cannot
     assert with_memory.posterior[0] > without.posterior[0] + 0.1 and without.posterior[0] < 0.7
-    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.tail.nodes}   # the rests past it
+    assert with_memory.state()["remembered"] == {"runs": 1, "positions": memory.tail.nodes, "carried_from": ""}   # the rests past it
     # without a drift the answer is one rate: all of the memory pools with all of the run
     plain = learning.Learner(prior, memory=memory)
     for ev in opening:
@@ -172,13 +172,13 @@ def test_the_plan_of_a_prompt_run_before_is_planned_from_its_memory(cache):
 
     plan = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
     posterior = learning.pooled(measured.probabilities, easy)   # no drift for the tiny pair: all pools
-    assert plan.remembered == {"runs": 1, "positions": 200, "posterior": pytest.approx(posterior)}
+    assert plan.remembered == {"runs": 1, "positions": 200, "posterior": pytest.approx(posterior), "carried_from": ""}
     assert tuple(plan.tree.parents) == tuple(planning.plan_from_vector(spec, posterior).parents)
     assert tuple(plan.tree.parents) != tuple(before.tree.parents)
     assert plan.expected_tokens == pytest.approx(plan.tree.expected_tokens(posterior))
     assert plan.acceptance.probabilities == before.acceptance.probabilities   # the learner's start
     assert plan.backing_positions == before.backing_positions + 200
-    assert plan.summary()["remembered"] == {"runs": 1, "positions": 200}
+    assert plan.summary()["remembered"] == {"runs": 1, "positions": 200, "carried_from": ""}
     assert "200 positions remembered from 1 earlier run of this prompt" in render.plan_line(plan)
     # the same plan for another prompt, with learning off, or without the prompt's tokens
     for again in (planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=other),
@@ -233,4 +233,70 @@ def test_with_a_drift_the_plan_counts_only_the_remembered_openings(cache, monkey
     assert plan.remembered["posterior"] == pytest.approx(learning.pooled(measured.probabilities, head))
     replan = planning.Replanner(pair, plan, settings, learn=True, prompt_ids=ids)
     assert replan() is plan.tree and replan.replans == 0
-    assert replan.state()["remembered"] == {"runs": 1, "positions": 60}
+    assert replan.state()["remembered"] == {"runs": 1, "positions": 60, "carried_from": ""}
+
+
+def test_rescaling_scales_rank_1_misses_and_the_ranks_after_alike():
+    ev = learning.Evidence([100, 40, 10], [80, 8, 2], 100)
+    harder = prompt_memory.rescaled(ev, 1.5)   # 20 misses -> 30; ranks 2.. x1.5
+    assert harder.trials == ev.trials and harder.accepts == pytest.approx([70, 12, 3]) and harder.nodes == 100
+    assert prompt_memory.rescaled(ev, 10).accepts == pytest.approx([0, 40, 10])   # never above trials
+    assert prompt_memory.rescaled(ev, 1.0).accepts == pytest.approx(ev.accepts)
+
+
+def _meta(T, domain="code", top_p=1.0):
+    return {"draft": "d", "target": "t", "draft_kernels": "fast", "domain": domain, "temperature": T,
+            "top_p": top_p, "top_k": 0}
+
+
+def test_a_prompt_new_at_these_settings_carries_its_runs_at_the_nearest_others(cache):
+    head, tail = learning.Evidence([40], [30], 40), learning.Evidence([100], [90], 100)
+    prompt_memory.remember("k0", "p", head, tail, _meta(0.0), base_miss=0.2)
+    prompt_memory.remember("k7", "p", head, tail, _meta(0.7), base_miss=0.25)
+    prompt_memory.remember("k7", "p", head, tail, _meta(0.7), base_miss=0.25)
+    prompt_memory.remember("prose", "p", head, tail, _meta(0.5, domain="prose"), base_miss=0.5)   # another family
+    got = prompt_memory.carried("k5", "p", _meta(0.5), base_miss=0.3)
+    assert got.carried_from == "T=0.7" and got.runs == 2   # nearest temperature; the other family is not read
+    assert got.tail.accepts == pytest.approx([200 - 20 * 0.3 / 0.25]) and got.tail.trials == [200]
+    assert prompt_memory.carried("k5", "q", _meta(0.5), base_miss=0.3) is None   # another prompt
+    assert prompt_memory.carried("k5", "p", _meta(0.5), base_miss=None) is None  # nothing to rescale by
+    # a key's own file is never carried into itself; a store written before families is not read
+    assert prompt_memory.carried("k0", "p", _meta(0.0), 0.2).carried_from == "T=0.7"
+    old = prompt_memory.path_for("old")
+    old.write_text(json.dumps({"format": 1, "prompts": {"p": {"head": head.to_dict(), "tail": tail.to_dict(),
+                                                              "runs": 9, "base_miss": 0.3}}}))
+    assert prompt_memory.carried("k0", "p", _meta(0.0), 0.2).runs == 2
+
+
+def test_a_run_at_a_new_temperature_plans_from_the_prompts_runs_at_another(cache):
+    """Learning on: a first run of a prompt at T = 0.5 after runs of it at T = 0.7 starts from
+    their memory rescaled, says so, and keeps its own evidence under its own settings."""
+    from app import render
+    from tests.test_learning import _vec
+    pair = tiny_pair("llama")
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    ids = encode_prompt(pair, "hello world", False)
+    for T, probs in ((0.5, [0.3, 0.1, 0.05, 0.02]), (0.7, [0.2, 0.1, 0.05, 0.02])):
+        v = _vec(T, 1.0, probs)
+        v.draft, v.target = pair.draft_name, pair.target_name
+        profiler.save_acceptance(pair, v)
+    warm = Settings(temperature=0.7, max_new_tokens=24)
+    plan = planning.build_plan(pair, spec, warm, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    learner = planning.learner_for(pair, plan, warm, prompt_ids=ids)
+    learner.head = learning.Evidence([200, 40], [190, 6], 200)   # what a run at T = 0.7 observed
+    learner.record()
+    cool = Settings(temperature=0.5, max_new_tokens=24)
+    plan = planning.build_plan(pair, spec, cool, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    assert plan.remembered["carried_from"] == "T=0.7" and plan.remembered["positions"] == 200
+    ratio = 0.7 / 0.8   # the measured vectors' P(rank 1 missed) at T = 0.5 over T = 0.7
+    carried = prompt_memory.rescaled(learning.Evidence([200, 40], [190, 6], 200), ratio)
+    assert plan.remembered["posterior"] == pytest.approx(learning.pooled([0.3, 0.1, 0.05, 0.02], carried))
+    assert "200 positions remembered from 1 earlier run of this prompt at T=0.7 (rescaled)" in render.plan_line(plan)
+    run = planning.learner_for(pair, plan, cool, prompt_ids=ids)
+    assert run.memory.carried_from == "T=0.7"
+    run.head = learning.Evidence([10], [5], 10)
+    run.record()   # kept at T = 0.5 only: the next run there reads its own settings' memory
+    own = planning.build_plan(pair, spec, cool, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    assert own.remembered["carried_from"] == "" and own.remembered["positions"] == 10
+    key7 = planning.learning_key(pair, warm)
+    assert prompt_memory.recall(key7, prompt_memory.digest(ids)).runs == 1

@@ -83,6 +83,10 @@ def register(sub) -> None:
     p.add_argument("--learning-check-repeat", action="store_true",
                    help="with --learning-check: also run each prompt a second time (another seed), remembering "
                         "what its first run observed (a repeated prompt; engine/prompt_memory.py)")
+    p.add_argument("--learning-check-across-t", dest="learning_check_across", action="store_true",
+                   help="with --learning-check and two or more temperatures: also run each prompt at the later "
+                        "temperatures carrying what its run at the first observed, rescaled (a prompt run "
+                        "again at another temperature; engine/prompt_memory.py)")
     p.add_argument("--fresh", action="store_true",
                    help="measure acceptance vectors and the device profile in this run even if cached")
     p.add_argument("--quick", action="store_true",
@@ -173,7 +177,8 @@ def config_from_args(args) -> bench.BenchConfig:
                    chat=args.chat, fresh=args.fresh, compare_default_kernels=args.compare_default_kernels,
                    learn=getattr(args, "learn", True), learning_check=getattr(args, "learning_check", False),
                    learning_check_running=getattr(args, "learning_check_running", False),
-                   learning_check_repeat=getattr(args, "learning_check_repeat", False))
+                   learning_check_repeat=getattr(args, "learning_check_repeat", False),
+                   learning_check_across=getattr(args, "learning_check_across", False))
     config = bench.BenchConfig(**{**base.__dict__, **changes})
     _validate(config)
     return config
@@ -195,6 +200,8 @@ def _validate(c: bench.BenchConfig) -> None:
         raise UserError("--learning-check-running needs --learning-check")
     if c.learning_check_repeat and not c.learning_check:
         raise UserError("--learning-check-repeat needs --learning-check")
+    if c.learning_check_across and (not c.learning_check or len(c.temperatures) < 2):
+        raise UserError("--learning-check-across-t needs --learning-check and at least two --temperatures")
     if c.learning_check_tokens < 1 or c.learning_check_after < 0 or c.learning_check_prompts < 1:
         raise UserError("--learning-check-tokens and --learning-check-prompts must be >= 1 and "
                         "--learning-check-after >= 0")
