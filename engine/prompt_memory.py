@@ -5,7 +5,9 @@ the 12 learning-check prompts the rests' tokens/step at T = 0 and at T = 0.7 (di
 correlate 0.96 (README, "The rest's rate belongs to the prompt"). So a run keeps, per prompt, the
 censored evidence of its opening and of its rest apart, and a later run of the same prompt at the
 same settings (the learning key: pair, draft kernels' acceptance, T, top-p, top-k, sampler, domain)
-counts them as evidence of its own opening and rest (learning.Learner). A first run has none.
+counts them as evidence of its own opening and rest (learning.Learner). A code prompt never run
+at these settings carries its runs at the nearest others, rescaled (carried, below). A first run
+has none.
 
 Stored in cache_dir()/learned/prompts/<learning key>.json, one entry per prompt (the SHA-256 of
 its token ids, chat template included): the opening's and the rest's Evidence, each capped at
@@ -147,9 +149,12 @@ def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learn
 
 # ---------------------------------------------------------------- carried across settings
 # A code prompt's rest accepts alike at T = 0 and T = 0.7 (README, "Within a kind it holds for
-# code more than for prose"): a prompt never run at these settings may count what its runs at
+# code more than for prose"): a code prompt never run at these settings counts what its runs at
 # others observed, their P(rank 1 missed) rescaled by the ratio of the measured vectors' misses at
 # the two settings (ranks 2.. scaled alike, as learning.drifted does). Runs at these settings win.
+# Prose rests differ about as much by answer as by prompt, and carrying them measured worse than
+# a first run (README, "A prompt run again at another temperature"): prose is not carried.
+CARRIED_DOMAINS = ("code",)
 
 def family(meta: dict | None) -> str:
     """What a memory may be carried across: one pair, draft kernels and prompt domain."""
@@ -188,9 +193,9 @@ def rescaled(ev: learning.Evidence, ratio: float) -> learning.Evidence:
 
 def carried(key: str, prompt_digest: str, meta: dict, base_miss: float) -> Remembered | None:
     """This prompt's memory at the nearest other settings of its family (nearest temperature, then
-    top-p, then top-k; the most runs on a tie), rescaled to these settings; None when there is none
-    (or no measured miss to rescale by)."""
-    if not _miss_ok(base_miss):
+    top-p, then top-k; the most runs on a tie), rescaled to these settings; None when there is none,
+    no measured miss to rescale by, or the prompt's domain is not carried (CARRIED_DOMAINS)."""
+    if not _miss_ok(base_miss) or meta.get("domain") not in CARRIED_DOMAINS:
         return None
     mine, here = family(meta), _settings(meta)
     found = []

@@ -257,6 +257,8 @@ def test_a_prompt_new_at_these_settings_carries_its_runs_at_the_nearest_others(c
     prompt_memory.remember("prose", "p", head, tail, _meta(0.5, domain="prose"), base_miss=0.5)   # another family
     got = prompt_memory.carried("k5", "p", _meta(0.5), base_miss=0.3)
     assert got.carried_from == "T=0.7" and got.runs == 2   # nearest temperature; the other family is not read
+    prompt_memory.remember("prose7", "p", head, tail, _meta(0.7, domain="prose"), base_miss=0.5)
+    assert prompt_memory.carried("prose5", "p", _meta(0.5, domain="prose"), 0.5) is None   # prose is not carried
     assert got.tail.accepts == pytest.approx([200 - 20 * 0.3 / 0.25]) and got.tail.trials == [200]
     assert prompt_memory.carried("k5", "q", _meta(0.5), base_miss=0.3) is None   # another prompt
     assert prompt_memory.carried("k5", "p", _meta(0.5), base_miss=None) is None  # nothing to rescale by
@@ -268,11 +270,12 @@ def test_a_prompt_new_at_these_settings_carries_its_runs_at_the_nearest_others(c
     assert prompt_memory.carried("k0", "p", _meta(0.0), 0.2).runs == 2
 
 
-def test_a_run_at_a_new_temperature_plans_from_the_prompts_runs_at_another(cache):
+def test_a_run_at_a_new_temperature_plans_from_the_prompts_runs_at_another(cache, monkeypatch):
     """Learning on: a first run of a prompt at T = 0.5 after runs of it at T = 0.7 starts from
     their memory rescaled, says so, and keeps its own evidence under its own settings."""
     from app import render
     from tests.test_learning import _vec
+    monkeypatch.setattr(prompt_memory, "CARRIED_DOMAINS", ("",))   # the tiny pair's vectors are pooled ones
     pair = tiny_pair("llama")
     spec = planning.MethodSpec("sequoia", 10, 5)
     ids = encode_prompt(pair, "hello world", False)
