@@ -107,8 +107,9 @@ class Run:
                 post_name = f"posterior for the answer's rest ({how} after {drift['opening']} tokens)"
             remembered = self.learning.get("remembered")
             if remembered and remembered["positions"]:   # earlier runs of this prompt (engine/prompt_memory.py)
+                carried = remembered.get("carried_from", "")
                 post_name += ",<br>with " + prompt_memory.described(remembered["positions"], remembered["runs"],
-                                                                    remembered.get("carried_from", ""))
+                                                                    carried, "<br>" if carried else " ")
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
                                            posterior_name=post_name,

@@ -182,12 +182,13 @@ def plan_line(result, running: bool = False) -> str:
 def backing_detail(result) -> str:
     """Which of a plan's backing positions were learned, and which remembered for this prompt."""
     learned = getattr(result, "learned", None) or {}
-    out = f"{learned.get('positions', 0)} learned over {plural(learned.get('runs', 0), 'run')}"
+    parts = ([f"{learned['positions']} learned over {plural(learned.get('runs', 0), 'run')}"]
+             if learned.get("positions") else [])
     remembered = getattr(result, "remembered", None)
     if remembered:   # engine/prompt_memory.py: the tree was planned from these runs' posterior
-        out += ", " + prompt_memory.described(remembered["positions"], remembered["runs"],
-                                              remembered.get("carried_from", ""))
-    return out
+        parts.append(prompt_memory.described(remembered["positions"], remembered["runs"],
+                                             remembered.get("carried_from", "")))
+    return ", ".join(parts) or "none learned yet"
 
 
 def profile_quality(prof, seen: dict | None) -> str:

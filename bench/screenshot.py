@@ -26,6 +26,7 @@ def main() -> int:
     p.add_argument("--tab", choices=["race", "live"], default="race")
     p.add_argument("--max-new-tokens", type=int, help="Live tab: the run's max new tokens (default: the page's)")
     p.add_argument("--full-page", action="store_true", help="Live tab: the whole page, not the first screen")
+    p.add_argument("--temperature", type=float, help="Live tab: the run's temperature (default: the page's)")
     args = p.parse_args()
     with browsers(1, timeout_ms=args.timeout * 1000) as (page,):
         page.set_viewport_size({"width": 1400, "height": 1000})
@@ -34,6 +35,10 @@ def main() -> int:
             page.wait_for_selector("#sq-generate")
             if args.max_new_tokens:
                 page.locator("#sq-max-new input").fill(str(args.max_new_tokens))
+            if args.temperature is not None:
+                box = page.locator("#sq-temperature input[type=number]")
+                box.fill(str(args.temperature))
+                box.press("Enter")
             page.click("#sq-generate")
             page.wait_for_function(DONE_OR_ERROR, timeout=args.timeout * 1000)
             page.wait_for_timeout(1500)

@@ -49,10 +49,11 @@ class Remembered:
         return int(self.head.nodes + self.tail.nodes)
 
 
-def described(positions: int, runs: int, carried_from: str = "") -> str:
-    """The words every view uses for what a plan or posterior counts from this memory."""
-    return (f"{positions} positions remembered from {runs} earlier run{'' if runs == 1 else 's'} of this prompt"
-            + (f" at {carried_from} (rescaled)" if carried_from else ""))
+def described(positions: int, runs: int, carried_from: str = "", wrap: str = " ") -> str:
+    """The words every view uses for what a plan or posterior counts from this memory (`wrap`
+    goes before "of this prompt": a chart legend breaks the line there)."""
+    return (f"{positions} positions remembered from {runs} earlier run{'' if runs == 1 else 's'}{wrap}of this "
+            "prompt" + (f" at {carried_from} (rescaled)" if carried_from else ""))
 
 
 def digest(prompt_ids) -> str:

@@ -246,3 +246,19 @@ def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     learner.tokens = 64
     run.learning = learner.state()
     assert [t.name for t in run.acc_fig().data][-1] == "posterior for the answer's rest (prior worth 128 after 64 tokens)"
+    carried = prompt_memory.Remembered(learning.Evidence([30], [20], 30), learning.Evidence(), 1, "T=0.7")
+    run.learning = learning.Learner([0.7, 0.1], memory=carried).state()   # a code prompt run at T = 0.7 only
+    assert [t.name for t in run.acc_fig().data][-1] == ("posterior (plans the next steps),<br>with 30 positions "
+                                                        "remembered from 1 earlier run<br>of this prompt at T=0.7 "
+                                                        "(rescaled)")
+
+
+def test_the_plan_says_which_positions_back_it():
+    from types import SimpleNamespace
+    from app import render
+    plan = SimpleNamespace(learned={"positions": 0, "runs": 0}, remembered=None)
+    assert render.backing_detail(plan) == "none learned yet"
+    plan.remembered = {"positions": 37, "runs": 1, "carried_from": "T=0.7"}
+    assert render.backing_detail(plan) == "37 positions remembered from 1 earlier run of this prompt at T=0.7 (rescaled)"
+    plan.learned = {"positions": 96, "runs": 1}
+    assert render.backing_detail(plan).startswith("96 learned over 1 run, 37 positions remembered")
