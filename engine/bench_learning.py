@@ -217,6 +217,8 @@ def run_across(pair, prompt_ids: list[int], result: planning.PlanResult, setting
     if first is None:
         return {"error": None, "note": "no learning: the plan drafts nothing"}
     here = result.measured_acceptance.probabilities
+    if not (prompt_memory.miss_ok(1.0 - here[0]) and prompt_memory.miss_ok(1.0 - first.base[0])):
+        return {"error": None, "note": "a vector whose rank 1 never misses: no ratio to rescale by"}
     ratio = (1.0 - here[0]) / (1.0 - first.base[0])
     memory = prompt_memory.Remembered(prompt_memory.rescaled(first.head, ratio),
                                       prompt_memory.rescaled(first.tail, ratio), 1, first_label)

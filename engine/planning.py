@@ -388,16 +388,21 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
     base = list(base.probabilities) if base is not None else None
     digest = prompt_memory.digest(prompt_ids) if prompt_ids is not None and memory is None else None
     if digest is not None:   # runs at these settings, else runs at the nearest others, rescaled
-        memory = (prompt_memory.recall(key, digest)
-                  or prompt_memory.carried(key, digest, meta, 1.0 - base[0] if base else None))
+        try:
+            memory = (prompt_memory.recall(key, digest)
+                      or prompt_memory.carried(key, digest, meta, 1.0 - base[0] if base else None))
+        except Exception:  # noqa: BLE001 - a prompt's memory must not cost the plan or the run
+            log.exception("could not read this prompt's memory; planning without it")
+            memory = None
     return learning.Learner(start, key, meta, base=base, drift=drift, opening=opening, memory=memory,
                             prompt_digest=digest)
 
 
 def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) -> dict | None:
     """What earlier runs of this prompt give the plan (engine/prompt_memory.py): the posterior the
-    run's learning would start planning from, with the runs and positions behind it; None for a
-    prompt not run before at these settings."""
+    run's learning would start planning from, with the runs and positions behind it (and the
+    settings it was carried from, for a code prompt run before only at others); None for a prompt
+    with no memory the run would count."""
     learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, None)
     if learner.memory is None or learner.remembered.nodes <= 0:   # none, or none of the part a start counts
         return None
@@ -475,8 +480,9 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
     learn=True: an interpolated vector is used rather than measuring (the run refines it), and the
     vector is pooled with the evidence earlier runs stored for these settings (engine/learning.py).
     prompt: the text to be decoded, so its domain's vector can be used (engine/domains.py).
-    prompt_ids: its tokens; with learn, a DP tree of a prompt run before at these settings is planned
-    from what those runs observed (engine/prompt_memory.py), as the run's learning would."""
+    prompt_ids: its tokens; with learn, a DP tree of a prompt run before (at these settings, or for
+    a code prompt at others, rescaled) is planned from what those runs observed
+    (engine/prompt_memory.py), as the run's learning would."""
     spec.check()
     method = _fixed_method(spec)
     sampler = method.sampler if method is not None else "sequoia"

@@ -11,8 +11,11 @@ has none.
 
 Stored in cache_dir()/learned/prompts/<learning key>.json, one entry per prompt (the SHA-256 of
 its token ids, chat template included): the opening's and the rest's Evidence, each capped at
-CAP rank-1 trials (older runs fade), and at most MAX_PROMPTS prompts per key (the least recently
-run go first). The measured vector and the key's pooled store (learning.load) are not touched.
+CAP rank-1 trials (older runs fade), and the measured vector's P(rank 1 missed) at the key's
+settings (base_miss), at most MAX_PROMPTS prompts per key (the least recently run go first). The
+file's header names its family (pair, draft kernels, domain) and settings (T, top-p, top-k), so
+that runs at other settings can find it (carried). The measured vector and the key's pooled store
+(learning.load) are not touched.
 
 Exactness: a run reads only what finished runs stored, so every step's tree still depends on
 the past only (ALGORITHM.md section 7, "Adaptive trees are exact")."""
@@ -91,7 +94,7 @@ def _entry(prompts: dict, prompt_digest: str) -> Remembered | None:
     try:
         got = Remembered(learning.Evidence.from_dict(entry["head"]), learning.Evidence.from_dict(entry["tail"]),
                          int(entry["runs"]))
-    except (TypeError, KeyError, ValueError, AttributeError):
+    except (TypeError, KeyError, ValueError, AttributeError, OverflowError):
         return None
     return got if _sane(got.head) and _sane(got.tail) and got.positions > 0 else None
 
@@ -136,7 +139,7 @@ def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learn
                      before.tail.add(replace(tail, runs=0)).capped(CAP), before.runs + 1)
     prompts[prompt_digest] = {"head": now.head.to_dict(), "tail": now.tail.to_dict(), "runs": now.runs,
                               "updated_at": time.time(),
-                              **({"base_miss": float(base_miss)} if _miss_ok(base_miss) else {})}
+                              **({"base_miss": float(base_miss)} if miss_ok(base_miss) else {})}
     if len(prompts) > MAX_PROMPTS:   # forget the least recently run
         for old in sorted(prompts, key=lambda d: _when(prompts[d]))[:len(prompts) - MAX_PROMPTS]:
             del prompts[old]
@@ -165,18 +168,27 @@ def family(meta: dict | None) -> str:
 
 
 def _settings(meta: dict) -> dict:
-    return {k: meta.get(k) for k in ("temperature", "top_p", "top_k")}
+    """The settings a store was written at, as numbers; greedy ignores top-p and top-k (as the
+    acceptance key does). Raises (TypeError, ValueError, OverflowError) on values that are none."""
+    t = float(meta.get("temperature") or 0.0)
+    greedy = t == 0
+    out = {"temperature": t, "top_p": 1.0 if greedy else float(meta.get("top_p", 1.0)),
+           "top_k": 0 if greedy else int(meta.get("top_k") or 0)}
+    if not all(math.isfinite(v) for v in out.values()):
+        raise ValueError(f"settings not finite: {out}")
+    return out
 
 
-def _miss_ok(miss) -> bool:
+def miss_ok(miss) -> bool:
     return isinstance(miss, (int, float)) and math.isfinite(miss) and 0 < miss <= 1
 
 
 def settings_label(settings: dict) -> str:
-    out = f"T={settings.get('temperature', 0):g}"
-    if settings.get("top_p", 1) != 1:
+    """'T=0.7', with top-p and top-k where they are not the defaults (settings as _settings gives)."""
+    out = f"T={settings['temperature']:g}"
+    if settings["top_p"] != 1:
         out += f", top-p={settings['top_p']:g}"
-    if settings.get("top_k"):
+    if settings["top_k"]:
         out += f", top-k={settings['top_k']}"
     return out
 
@@ -192,36 +204,62 @@ def rescaled(ev: learning.Evidence, ratio: float) -> learning.Evidence:
     return learning.Evidence(list(ev.trials), accepts, ev.nodes, ev.runs)
 
 
+_parsed: dict = {}   # path -> ((mtime_ns, size), the file's JSON): slider moves re-plan often
+
+
+def _read_cached(path: Path):
+    """A memory file's JSON, parsed again only when the file changed (None when unreadable)."""
+    try:
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        hit = _parsed.get(path)
+        if hit is None or hit[0] != stamp:
+            hit = _parsed[path] = (stamp, json.loads(path.read_text()))
+        return hit[1]
+    except Exception:  # noqa: BLE001 - any unreadable file is skipped (OSError, ValueError, RecursionError, ...)
+        return None
+
+
+def _candidate(obj, prompt_digest: str, mine: str, here: dict):
+    """(sort key, Remembered, its base miss, its settings) for one memory file's entry of this
+    prompt when the file is of this family and the entry is sound; None otherwise."""
+    if not isinstance(obj, dict) or obj.get("family") != mine or not isinstance(obj.get("prompts"), dict):
+        return None
+    entry = obj["prompts"].get(prompt_digest)
+    got = _entry(obj["prompts"], prompt_digest)
+    if got is None or not miss_ok(entry.get("base_miss")):
+        return None
+    there = _settings(obj.get("settings") or {})
+    distance = (round(abs(there["temperature"] - here["temperature"]), 6),   # 0.7 - 0.5 ties 0.5 - 0.3
+                round(abs(there["top_p"] - here["top_p"]), 6), int(there["top_k"] != here["top_k"]))
+    # nearest temperature, then top-p, then top-k; the most runs; then the lower temperature
+    return (*distance, -got.runs, there["temperature"]), got, entry["base_miss"], there
+
+
 def carried(key: str, prompt_digest: str, meta: dict, base_miss: float) -> Remembered | None:
     """This prompt's memory at the nearest other settings of its family (nearest temperature, then
-    top-p, then top-k; the most runs on a tie), rescaled to these settings; None when there is none,
-    no measured miss to rescale by, or the prompt's domain is not carried (CARRIED_DOMAINS)."""
-    if not _miss_ok(base_miss) or meta.get("domain") not in CARRIED_DOMAINS:
+    top-p, then top-k; the most runs, then the lower temperature on a tie), rescaled to these
+    settings; None when there is none, no measured miss to rescale by, or the prompt's domain is
+    not carried (CARRIED_DOMAINS). A file or entry that cannot be read is skipped."""
+    if not miss_ok(base_miss) or meta.get("domain") not in CARRIED_DOMAINS:
         return None
-    mine, here = family(meta), _settings(meta)
+    try:
+        mine, here = family(meta), _settings(meta)
+    except (TypeError, ValueError, OverflowError):
+        return None
     found = []
-    for path in path_for(key).parent.glob("*.json"):
+    for path in sorted(path_for(key).parent.glob("*.json")):
         if path.stem == key:
             continue
         try:
-            obj = json.loads(path.read_text())
-        except (OSError, ValueError):
+            one = _candidate(_read_cached(path), prompt_digest, mine, here)
+        except Exception:  # noqa: BLE001 - a damaged file must not cost a plan
+            log.warning("ignoring prompt memory %s", path, exc_info=True)
             continue
-        if not isinstance(obj, dict) or obj.get("family") != mine or not isinstance(obj.get("prompts"), dict):
-            continue
-        there = obj.get("settings") or {}
-        entry = obj["prompts"].get(prompt_digest)
-        got = _entry(obj["prompts"], prompt_digest)
-        if got is None or not _miss_ok(entry.get("base_miss")):
-            continue
-        try:
-            distance = (abs(float(there["temperature"]) - float(here["temperature"])),
-                        abs(float(there["top_p"]) - float(here["top_p"])), int(there["top_k"] != here["top_k"]))
-        except (KeyError, TypeError, ValueError):
-            continue
-        found.append((distance, -got.runs, got, entry["base_miss"], there))
+        if one is not None:
+            found.append(one)
     if not found:
         return None
-    _, _, got, miss_there, there = min(found, key=lambda f: f[:2])
+    _, got, miss_there, there = min(found, key=lambda f: f[0])
     ratio = base_miss / miss_there
     return Remembered(rescaled(got.head, ratio), rescaled(got.tail, ratio), got.runs, settings_label(there))

@@ -242,6 +242,9 @@ def test_rescaling_scales_rank_1_misses_and_the_ranks_after_alike():
     assert harder.trials == ev.trials and harder.accepts == pytest.approx([70, 12, 3]) and harder.nodes == 100
     assert prompt_memory.rescaled(ev, 10).accepts == pytest.approx([0, 40, 10])   # never above trials
     assert prompt_memory.rescaled(ev, 1.0).accepts == pytest.approx(ev.accepts)
+    perfect = learning.Evidence([50, 0], [50, 0], 50)   # no misses to rescale; and nothing at all
+    assert prompt_memory.rescaled(perfect, 2.0).accepts == [50, 0]
+    assert prompt_memory.rescaled(learning.Evidence(), 2.0).trials == []
 
 
 def _meta(T, domain="code", top_p=1.0):
@@ -268,6 +271,34 @@ def test_a_prompt_new_at_these_settings_carries_its_runs_at_the_nearest_others(c
     old.write_text(json.dumps({"format": 1, "prompts": {"p": {"head": head.to_dict(), "tail": tail.to_dict(),
                                                               "runs": 9, "base_miss": 0.3}}}))
     assert prompt_memory.carried("k0", "p", _meta(0.0), 0.2).runs == 2
+    # a tie in temperature: the most runs, then the lower temperature (not the folder's order)
+    prompt_memory.remember("k3", "p", head, tail, _meta(0.3), base_miss=0.25)
+    assert prompt_memory.carried("k5", "p", _meta(0.5), 0.3).carried_from == "T=0.7"   # 2 runs against 1
+    prompt_memory.remember("k3", "p", head, tail, _meta(0.3), base_miss=0.25)
+    assert prompt_memory.carried("k5", "p", _meta(0.5), 0.3).carried_from == "T=0.3"   # 2 and 2: the lower T
+    # a greedy store's label ignores the top-p and top-k it was written with
+    prompt_memory.remember("g", "q", head, tail, {**_meta(0.0), "top_p": 0.9, "top_k": 5}, base_miss=0.2)
+    assert prompt_memory.carried("k5", "q", _meta(0.5), 0.3).carried_from == "T=0"
+
+
+def test_a_damaged_store_of_another_setting_is_skipped(cache, caplog):
+    """carried() reads every file of the family: none that is damaged may cost a plan."""
+    head, tail = learning.Evidence([40], [30], 40), learning.Evidence([100], [90], 100)
+    prompt_memory.remember("k7", "p", head, tail, _meta(0.7), base_miss=0.25)
+    fam = prompt_memory.family(_meta(0.7))
+    entry = {"head": head.to_dict(), "tail": tail.to_dict(), "runs": 1, "base_miss": 0.25}
+    bad = {"strings": {"family": fam, "settings": {"temperature": "0.6", "top_p": "x", "top_k": 0},
+                       "prompts": {"p": entry}},
+           "no settings": {"family": fam, "prompts": {"p": entry}},
+           "nan": {"family": fam, "settings": {"temperature": float("nan"), "top_p": 1, "top_k": 0},
+                   "prompts": {"p": entry}},
+           "entry not a dict": {"family": fam, "settings": _meta(0.6), "prompts": {"p": [1, 2]}},
+           "runs overflow": {"family": fam, "settings": _meta(0.6), "prompts": {"p": {**entry, "runs": 1e999}}}}
+    for name, obj in bad.items():
+        prompt_memory.path_for(name.replace(" ", "-")).write_text(json.dumps(obj))
+    prompt_memory.path_for("deep").write_text("[" * 100000 + "]" * 100000)   # RecursionError when parsed
+    got = prompt_memory.carried("k5", "p", _meta(0.5), 0.3)
+    assert got is not None and got.carried_from == "T=0.7"
 
 
 def test_a_run_at_a_new_temperature_plans_from_the_prompts_runs_at_another(cache, monkeypatch):
