@@ -239,24 +239,30 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                    request: gr.Request = None):
-        """On page load: draw the plan if caches allow; never starts a measurement."""
+        """On page load: draw the plan if caches allow; never starts a measurement. Says nothing
+        once a run has started (Generate pressed while it planned): the run shows its own plan, and
+        a late page-load plan must not replace it (it did, on a page opened as the pair loaded)."""
         sess = ctx.sessions.get(request)
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
-        except NeedsMeasurement as need:
-            return {status: f"{need}. **Generate** measures it first (progress shown here), or use "
-                            "**Measure** in the Planner tab.",
-                    tree: plots.empty_figure("The tree appears after the first plan or step.")}
         except (UserError, TreeError) as exc:
+            if sess.running:
+                return {}
+            if isinstance(exc, NeedsMeasurement):
+                return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
+                                "**Measure** in the Planner tab.",
+                        tree: plots.empty_figure("The tree appears after the first plan or step.")}
             if ctx.worker.pair is None:
                 msg = ("The model pair is still loading (see the header). Press **Generate** any time: the run "
                        "starts as soon as the pair is ready.")
             else:
                 msg = str(exc)
             return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
+        if sess.running:
+            return {}
         sess.plan = result
         vec = result.planning_probabilities
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
