@@ -237,6 +237,15 @@ def build(ctx: AppContext, header: dict) -> dict:
             out[tree] = plots.plan_figure(result.tree, vec)
         yield out
 
+    def replan_when_idle(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
+                         request: gr.Request = None):
+        """The prompt or max new tokens was edited: the shown plan follows, but a running job keeps
+        the plan of the prompt it is answering (it is not re-planned for the next run's text)."""
+        if ctx.sessions.get(request).running:
+            yield {}
+            return
+        yield from replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+
     def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                    request: gr.Request = None):
         """On page load: draw the plan if caches allow; never starts a measurement. Says nothing
@@ -367,6 +376,10 @@ def build(ctx: AppContext, header: dict) -> dict:
                   trigger_mode="always_last", **LIGHT)
     hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
                     trigger_mode="always_last", **LIGHT)
+    # the prompt picks its kind's vector and its memory; max new tokens, whether a rest is planned for
+    for box, name in ((prompt, "prompt"), (max_new, "max_new")):
+        box.blur(replan_when_idle, plan_inputs, plan_outputs, api_name=f"plan_on_{name}", show_progress="hidden",
+                 trigger_mode="always_last", **LIGHT)
     # the API entry point: same as the sliders
     plan_btn = gr.Button("Re-plan", visible=False, elem_id="sq-replan")
     plan_btn.click(replan, plan_inputs, plan_outputs, api_name="plan", show_progress="hidden", **LIGHT)

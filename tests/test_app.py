@@ -68,6 +68,14 @@ def test_race_at_temperature_zero_reports_identical_texts(client):
     assert "check passed" in out[4]
 
 
+def test_editing_the_prompt_or_max_new_tokens_re_plans_the_shown_plan(client):
+    """The prompt picks its kind's vector and memory, max new tokens whether a rest is planned for:
+    leaving either box re-plans with the page's values (idle; a running job keeps its plan)."""
+    for endpoint in ("/plan_on_prompt", "/plan_on_max_new"):
+        plan = client.predict("sequoia", 9, 4, False, 0, 1, 0, "def f(x):", 200, api_name=endpoint)[-1]
+        assert plan["size"] == 9 and plan["depth"] <= 4
+
+
 def test_plan_returns_a_tree_of_the_requested_size(client):
     out = client.predict("sequoia", 12, 5, False, 0, 1, api_name="/plan")
     plan = out[-1]
