@@ -472,3 +472,19 @@ def test_command_line_placement_reaches_the_load_and_the_page(tmp_path):
             models_tab.offload_folder(str(tmp_path / "elsewhere"), trusted=str(outside))
     finally:
         ctx.worker.close()
+
+
+@pytest.mark.timeout(90)
+def test_a_page_load_plan_that_ends_during_a_run_leaves_the_runs_plan_alone(served, client, jobs):
+    """A page opened as the pair loaded may finish its first plan after Generate was pressed: it
+    must not replace the running job's plan (it did: the plan line then showed the page's T=0 plan)."""
+    client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/measure")   # a plan from caches exists at T=0.5
+    job = client.submit(*gen_args(method="ar", max_new_tokens=240), api_name="/generate")
+    try:
+        wait_for(lambda: any(j.state == "running" for j in jobs), 30)
+        out = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/first_plan")
+        plan_md, plan_json = out[0], out[3]
+        assert not (isinstance(plan_json, dict) and plan_json.get("method")), plan_json
+        assert "Plan:" not in str(plan_md or "")
+    finally:
+        job.cancel()
