@@ -9,7 +9,7 @@ import gradio as gr
 
 from app import plots, render
 from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
-from engine import prompt_memory
+from engine import interpolation, prompt_memory
 from engine.decoding import StepEvent
 from engine.errors import UserError
 from engine.tree import Tree, TreeError
@@ -79,7 +79,7 @@ class Run:
             return None, ""
         vec = self.plan.acceptance
         steps = self.steps
-        if vec is None or (not self.plan.exact):
+        if vec is None:
             if self.plan.tree.size == 1:
                 return 1.0, "autoregressive"
             return None, "no vector measured for these settings"
@@ -87,8 +87,11 @@ class Run:
         if not steps:
             return self.plan.expected_tokens, "G(n, d) of the plan"
         value = sum(_expected(tuple(e.tree_parents), acc) for e in steps) / len(steps)
-        return value, (f"by the vector measured at T={vec.temperature:g}"
-                       + (" and this prompt's earlier runs" if self.plan.remembered else ""))
+        measured = self.plan.measured_acceptance
+        how = (f"by the vector measured at T={measured.temperature:g}" if self.plan.exact else
+               f"by the vector interpolated for T={measured.temperature:g}" if interpolation.is_interpolated(measured)
+               else f"by the nearest vector (measured at T={measured.temperature:g})")   # learning starts from these
+        return value, how + (" and this prompt's earlier runs" if self.plan.remembered else "")
 
     def tree_fig(self, ev):
         return plots.tree_figure(ev, greedy=self.greedy, sampler=self.sampler)

@@ -2,6 +2,8 @@
 layouts stable per tree shape, observed acceptance counted right, text marked by step."""
 from dataclasses import replace
 
+import pytest
+
 from app import plots, render
 from engine.decoding import NodeRecord, StepEvent
 from engine.tree import Tree
@@ -262,3 +264,25 @@ def test_the_plan_says_which_positions_back_it():
     assert render.backing_detail(plan) == "37 positions remembered from 1 earlier run of this prompt at T=0.7 (rescaled)"
     plan.learned = {"positions": 96, "runs": 1}
     assert render.backing_detail(plan).startswith("96 learned over 1 run, 37 positions remembered")
+
+
+def test_the_live_prediction_uses_an_unmeasured_vector_and_says_which():
+    """Learning starts from an interpolated (or nearest) vector where none is measured: the Live
+    panel predicts by it, labelled so, instead of showing nothing."""
+    from app import live
+    from engine import methods, planning
+    from engine.settings import Settings
+    from tests.test_learning import _event, _vec
+    vec = _vec(0.5, 1.0, [0.6, 0.2])
+    vec.source = "interpolated: 0.5 x ..."
+    tree = planning.Tree((-1, 0, 1))
+    plan = planning.PlanResult(planning.MethodSpec("sequoia", 3, 3), methods.sequoia(tree), tree.expected_tokens([0.6, 0.2]),
+                               vec, "INTERPOLATED", False)
+    run = live.Run(Settings(temperature=0.5))
+    run.plan = plan
+    run.events.append(_event([-1, 0, 1], {0: 1, 1: 1}))
+    value, how = run.predicted()
+    assert value == pytest.approx(1 + 0.6 + 0.36) and how == "by the vector interpolated for T=0.5"
+    vec.source = "m0.7"
+    vec.temperature = 0.7   # the nearest measured one stands in
+    assert run.predicted()[1] == "by the nearest vector (measured at T=0.7)"
