@@ -216,12 +216,10 @@ def run_across(pair, prompt_ids: list[int], result: planning.PlanResult, setting
     the first temperature's run, rescaled as prompt_memory.carried does."""
     if first is None:
         return {"error": None, "note": "no learning: the plan drafts nothing"}
-    here = result.measured_acceptance.probabilities
-    if not (prompt_memory.miss_ok(1.0 - here[0]) and prompt_memory.miss_ok(1.0 - first.base[0])):
+    ratio = prompt_memory.miss_ratio(1.0 - result.measured_acceptance.probabilities[0], 1.0 - first.base[0])
+    if ratio is None:
         return {"error": None, "note": "a vector whose rank 1 never misses: no ratio to rescale by"}
-    ratio = (1.0 - here[0]) / (1.0 - first.base[0])
-    memory = prompt_memory.Remembered(prompt_memory.rescaled(first.head, ratio),
-                                      prompt_memory.rescaled(first.tail, ratio), 1, first_label)
+    memory = prompt_memory.carried_to(prompt_memory.Remembered(first.head, first.tail, 1), ratio, first_label)
     row, _ = run_one(pair, prompt_ids, result, settings, after, memory=memory)
     return {**row, "carried_from": first_label, "miss_ratio": ratio}
 
@@ -269,15 +267,11 @@ def run_check(pair, prompts: list[Prompt], config, vectors: dict, prof, say=prin
             elif config.learning_check_across:
                 label = prompt_memory.settings_label({"temperature": config.temperatures[0], "top_p": config.top_p,
                                                       "top_k": config.top_k})
-                row["across"] = across = run_across(pair, ids, result, settings, after, firsts.get(prompt.title), label)
-                say(f"  carrying the run at {label}: " + (across["note"] if across["error"] is None else
-                    f"predicted {across['predicted_tokens_per_step']:.2f} vs observed "
-                    f"{across['observed_tokens_per_step']:.2f} tok/step ({across['error']:+.1%})"))
+                row["across"] = run_across(pair, ids, result, settings, after, firsts.get(prompt.title), label)
+                say(f"  carrying the run at {label}: " + _outcome(row["across"]))
             if config.learning_check_repeat:
-                row["repeat"] = again = run_repeat(pair, ids, result, settings, after, replan.learner)
-                say(f"  repeated{_in_sample(temperature)}, remembering the first run: " + (again["note"] if again["error"] is None else
-                    f"predicted {again['predicted_tokens_per_step']:.2f} vs observed "
-                    f"{again['observed_tokens_per_step']:.2f} tok/step ({again['error']:+.1%})"))
+                row["repeat"] = run_repeat(pair, ids, result, settings, after, replan.learner)
+                say(f"  repeated{_in_sample(temperature)}, remembering the first run: " + _outcome(row["repeat"]))
     stored = bool(config.learn)
     for replan in replanners if stored else ():
         replan.finish()
@@ -347,6 +341,14 @@ def format_check(check: dict | None) -> str:
                          f"{(again.get('remembered') or {}).get('positions', 0)} positions remembered"))
     lines += _tallies(groups)
     return "\n".join(lines)
+
+
+def _outcome(row: dict) -> str:
+    """A check run's note, or its prediction against what it observed."""
+    if row["error"] is None:
+        return row["note"]
+    return (f"predicted {row['predicted_tokens_per_step']:.2f} vs observed {row['observed_tokens_per_step']:.2f} "
+            f"tok/step ({row['error']:+.1%})")
 
 
 def _in_sample(temperature: float) -> str:

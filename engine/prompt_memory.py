@@ -139,7 +139,7 @@ def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learn
                      before.tail.add(replace(tail, runs=0)).capped(CAP), before.runs + 1)
     prompts[prompt_digest] = {"head": now.head.to_dict(), "tail": now.tail.to_dict(), "runs": now.runs,
                               "updated_at": time.time(),
-                              **({"base_miss": float(base_miss)} if miss_ok(base_miss) else {})}
+                              **({"base_miss": float(base_miss)} if _miss_ok(base_miss) else {})}
     if len(prompts) > MAX_PROMPTS:   # forget the least recently run
         for old in sorted(prompts, key=lambda d: _when(prompts[d]))[:len(prompts) - MAX_PROMPTS]:
             del prompts[old]
@@ -179,7 +179,7 @@ def _settings(meta: dict) -> dict:
     return out
 
 
-def miss_ok(miss) -> bool:
+def _miss_ok(miss) -> bool:
     return isinstance(miss, (int, float)) and math.isfinite(miss) and 0 < miss <= 1
 
 
@@ -227,7 +227,7 @@ def _candidate(obj, prompt_digest: str, mine: str, here: dict):
         return None
     entry = obj["prompts"].get(prompt_digest)
     got = _entry(obj["prompts"], prompt_digest)
-    if got is None or not miss_ok(entry.get("base_miss")):
+    if got is None or not _miss_ok(entry.get("base_miss")):
         return None
     there = _settings(obj.get("settings") or {})
     distance = (round(abs(there["temperature"] - here["temperature"]), 6),   # 0.7 - 0.5 ties 0.5 - 0.3
@@ -236,12 +236,23 @@ def _candidate(obj, prompt_digest: str, mine: str, here: dict):
     return (*distance, -got.runs, there["temperature"]), got, entry["base_miss"], there
 
 
+def miss_ratio(miss_here, miss_there) -> float | None:
+    """The factor a memory's rank-1 misses are carried by: the vectors' P(rank 1 missed) here over
+    there; None when either is no miss rate (a vector whose rank 1 never misses)."""
+    return miss_here / miss_there if _miss_ok(miss_here) and _miss_ok(miss_there) else None
+
+
+def carried_to(memory: Remembered, ratio: float, carried_from: str) -> Remembered:
+    """`memory` as evidence at other settings: its openings and rests rescaled by `ratio`."""
+    return Remembered(rescaled(memory.head, ratio), rescaled(memory.tail, ratio), memory.runs, carried_from)
+
+
 def carried(key: str, prompt_digest: str, meta: dict, base_miss: float) -> Remembered | None:
     """This prompt's memory at the nearest other settings of its family (nearest temperature, then
     top-p, then top-k; the most runs, then the lower temperature on a tie), rescaled to these
     settings; None when there is none, no measured miss to rescale by, or the prompt's domain is
     not carried (CARRIED_DOMAINS). A file or entry that cannot be read is skipped."""
-    if not miss_ok(base_miss) or meta.get("domain") not in CARRIED_DOMAINS:
+    if not _miss_ok(base_miss) or meta.get("domain") not in CARRIED_DOMAINS:
         return None
     try:
         mine, here = family(meta), _settings(meta)
@@ -261,5 +272,4 @@ def carried(key: str, prompt_digest: str, meta: dict, base_miss: float) -> Remem
     if not found:
         return None
     _, got, miss_there, there = min(found, key=lambda f: f[0])
-    ratio = base_miss / miss_there
-    return Remembered(rescaled(got.head, ratio), rescaled(got.tail, ratio), got.runs, settings_label(there))
+    return carried_to(got, miss_ratio(base_miss, miss_there), settings_label(there))
