@@ -147,15 +147,20 @@ def test_interpolation_between_measured_temperatures():
     assert interpolation.interpolated_vector(pair, 1.5, 1.0, vectors=vecs[:3]) is None
 
 
-def _pair_measured_at_half_and_one(tmp_path, monkeypatch):
-    """A tiny pair whose (empty, private) cache holds vectors measured at T = 0.5 and T = 1.0."""
-    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+def _pair_measured_at(*vectors):
+    """The tiny pair, its cache (SEQUOIA_CACHE) holding these (temperature, probabilities) vectors."""
     pair = tiny_pair("llama")
-    for T, probs in ((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2])):
+    for T, probs in vectors:
         v = _vec(T, 1.0, probs)
         v.draft, v.target = pair.draft_name, pair.target_name
         profiler.save_acceptance(pair, v)
     return pair
+
+
+def _pair_measured_at_half_and_one(tmp_path, monkeypatch):
+    """A tiny pair whose (empty, private) cache holds vectors measured at T = 0.5 and T = 1.0."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    return _pair_measured_at((0.5, [0.6, 0.2]), (1.0, [0.4, 0.2]))
 
 
 def test_quick_plan_uses_an_interpolated_vector_labelled_so(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from engine.answer_drift import Drift
 from engine.decoding import Decoder
 from engine.models import encode_prompt
 from engine.settings import Settings
-from tests.test_learning import _event, _simulate
+from tests.test_learning import _event, _pair_measured_at, _simulate
 from tests.tiny import tiny_pair
 
 
@@ -156,12 +156,9 @@ def test_the_plan_of_a_prompt_run_before_is_planned_from_its_memory(cache):
     """The plan the page and the CLI show (build_plan) is the tree the run's learning starts from,
     and says which positions back it; the run then does not re-plan before its first step."""
     from app import render
-    from tests.test_learning import _vec
-    pair = tiny_pair("llama")
+    measured = [0.3, 0.1, 0.05, 0.02]
+    pair = _pair_measured_at((0.5, measured))
     settings = Settings(temperature=0.5, max_new_tokens=24)
-    measured = _vec(0.5, 1.0, [0.3, 0.1, 0.05, 0.02])
-    measured.draft, measured.target = pair.draft_name, pair.target_name
-    profiler.save_acceptance(pair, measured)
     spec = planning.MethodSpec("sequoia", 10, 5)
     ids, other = encode_prompt(pair, "hello world", False), encode_prompt(pair, "another prompt", False)
     before = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
@@ -171,7 +168,7 @@ def test_the_plan_of_a_prompt_run_before_is_planned_from_its_memory(cache):
     prompt_memory.remember(key, prompt_memory.digest(ids), easy, learning.Evidence())
 
     plan = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
-    posterior = learning.pooled(measured.probabilities, easy)   # no drift for the tiny pair: all pools
+    posterior = learning.pooled(measured, easy)   # no drift for the tiny pair: all pools
     assert plan.remembered == {"runs": 1, "positions": 200, "posterior": pytest.approx(posterior), "carried_from": ""}
     assert tuple(plan.tree.parents) == tuple(planning.plan_from_vector(spec, posterior).parents)
     assert tuple(plan.tree.parents) != tuple(before.tree.parents)
@@ -193,12 +190,8 @@ def test_the_plan_of_a_prompt_run_before_is_planned_from_its_memory(cache):
 
 def test_quick_plan_reads_the_live_prompts_memory(cache):
     from engine.worker import Worker
-    from tests.test_learning import _vec
-    pair = tiny_pair("llama")
+    pair = _pair_measured_at((0.5, [0.3, 0.1, 0.05, 0.02]))
     settings = Settings(temperature=0.5, max_new_tokens=24)
-    measured = _vec(0.5, 1.0, [0.3, 0.1, 0.05, 0.02])
-    measured.draft, measured.target = pair.draft_name, pair.target_name
-    profiler.save_acceptance(pair, measured)
     spec = planning.MethodSpec("sequoia", 10, 5)
     ids = encode_prompt(pair, "hello world")   # as a run encodes it (chat template when it has one)
     key = planning.learning_key(pair, settings)
@@ -216,13 +209,10 @@ def test_quick_plan_reads_the_live_prompts_memory(cache):
 def test_with_a_drift_the_plan_counts_only_the_remembered_openings(cache, monkeypatch):
     """A run long enough to have a rest (a drift applies) starts in its opening, where only the
     remembered openings count (learning.Learner): the plan is planned from, and counts, them alone."""
-    from tests.test_learning import _vec
-    pair = tiny_pair("llama")
+    measured = [0.3, 0.1, 0.05, 0.02]
+    pair = _pair_measured_at((0.5, measured))
     monkeypatch.setattr(planning.answer_drift, "drift_for", lambda *a, **k: Drift(0.7, 128.0))
     settings = Settings(temperature=0.5, max_new_tokens=200)
-    measured = _vec(0.5, 1.0, [0.3, 0.1, 0.05, 0.02])
-    measured.draft, measured.target = pair.draft_name, pair.target_name
-    profiler.save_acceptance(pair, measured)
     spec = planning.MethodSpec("sequoia", 10, 5)
     ids = encode_prompt(pair, "hello world", False)
     key = planning.learning_key(pair, settings)
@@ -230,7 +220,7 @@ def test_with_a_drift_the_plan_counts_only_the_remembered_openings(cache, monkey
     prompt_memory.remember(key, prompt_memory.digest(ids), head, tail)
     plan = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
     assert plan.remembered["positions"] == 60 and plan.remembered["runs"] == 1
-    assert plan.remembered["posterior"] == pytest.approx(learning.pooled(measured.probabilities, head))
+    assert plan.remembered["posterior"] == pytest.approx(learning.pooled(measured, head))
     replan = planning.Replanner(pair, plan, settings, learn=True, prompt_ids=ids)
     assert replan() is plan.tree and replan.replans == 0
     assert replan.state()["remembered"] == {"runs": 1, "positions": 60, "carried_from": ""}
@@ -305,15 +295,10 @@ def test_a_run_at_a_new_temperature_plans_from_the_prompts_runs_at_another(cache
     """Learning on: a first run of a prompt at T = 0.5 after runs of it at T = 0.7 starts from
     their memory rescaled, says so, and keeps its own evidence under its own settings."""
     from app import render
-    from tests.test_learning import _vec
     monkeypatch.setattr(prompt_memory, "CARRIED_DOMAINS", ("",))   # the tiny pair's vectors are pooled ones
-    pair = tiny_pair("llama")
+    pair = _pair_measured_at((0.5, [0.3, 0.1, 0.05, 0.02]), (0.7, [0.2, 0.1, 0.05, 0.02]))
     spec = planning.MethodSpec("sequoia", 10, 5)
     ids = encode_prompt(pair, "hello world", False)
-    for T, probs in ((0.5, [0.3, 0.1, 0.05, 0.02]), (0.7, [0.2, 0.1, 0.05, 0.02])):
-        v = _vec(T, 1.0, probs)
-        v.draft, v.target = pair.draft_name, pair.target_name
-        profiler.save_acceptance(pair, v)
     warm = Settings(temperature=0.7, max_new_tokens=24)
     plan = planning.build_plan(pair, spec, warm, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
     learner = planning.learner_for(pair, plan, warm, prompt_ids=ids)
