@@ -206,3 +206,58 @@ def test_the_across_temperature_reading_matches_the_committed_output(capsys):
         out = capsys.readouterr().out
         assert out in committed
     assert "code: correlation over 3 prompts (of 6; the others froze other trees)" in committed
+
+
+sampled = _script("answer_drift_sampled")
+
+
+def test_the_rank1_chance_is_what_the_engine_s_verifier_accepts():
+    """bench/answer_drift_sampled.py's chance that a position's first drafted child is accepted,
+    sum_x min(p, q) over the warped distributions, against the engine's own draw and verifier at
+    that position; a chance taken at the wrong temperature or without the target's top-p misses."""
+    import torch
+
+    from engine import sampling
+    torch.manual_seed(0)
+    p_logits, q_logits = torch.randn(8) * 2, torch.randn(8) * 2
+    T, top_p = 0.7, 0.8
+    p, q = sampling.target_distribution(p_logits, T, top_p), sampling.draft_distribution(q_logits, T)
+    gen = torch.Generator().manual_seed(1)
+    draws = 20000
+    hits = sum(sampling.verify_sequoia(p, q, sampling.draw_without_replacement(q, 1, gen), gen).accepted == 0
+               for _ in range(draws))
+    chance = sampled.rank1_chance(p_logits, q_logits, T, top_p)
+    sd = (chance * (1 - chance) / draws) ** 0.5
+    assert abs(hits / draws - chance) < 4 * sd
+    for wrong in (sampled.rank1_chance(p_logits, q_logits, 1.0, top_p), sampled.rank1_chance(p_logits, q_logits, T)):
+        assert abs(hits / draws - wrong) > 8 * sd
+
+
+def test_the_sampled_drift_ratio_and_the_drawn_hits():
+    """Expected misses pooled over positions, their rest/opening ratio with an interval over
+    answers, and hits drawn at the chances' rates (what acceptance_dynamics reads as ranks)."""
+    rows = [[0.8] * 64 + [0.9] * 256, [0.6] * 64 + [0.8] * 256]   # misses 0.2 -> 0.1 and 0.4 -> 0.2
+    assert sampled.expected_miss(rows, 0, 64) == pytest.approx(0.3)
+    ratio, lo, hi = sampled.ratio_with_interval(rows, 320)
+    assert ratio == pytest.approx(0.5) and lo == pytest.approx(0.5) and hi == pytest.approx(0.5)
+    uneven = [[0.8] * 64 + [0.9] * 256, [0.6] * 64 + [0.4] * 256]
+    ratio, lo, hi = sampled.ratio_with_interval(uneven, 320)
+    assert lo < ratio < hi and ratio == pytest.approx((0.1 + 0.6) / (0.2 + 0.4))
+    drawn = sampled.drawn_ranks([{"domain": "code", "rank1_accept": [0.75] * 4000}], seed=3)
+    assert drawn[0]["domain"] == "code" and set(drawn[0]["ranks"]) == {0, 1}
+    assert abs(sum(drawn[0]["ranks"]) / 4000 - 0.75) < 4 * (0.75 * 0.25 / 4000) ** 0.5
+
+
+@pytest.mark.parametrize("answers", ["answer-drift-sampled-t07-nf4", "answer-drift-sampled-t1-nf4"])
+def test_the_sampled_drift_reading_matches_the_committed_output(answers, capsys):
+    """The README's table of the drift at T = 0.7 and T = 1 comes from the committed answers: the
+    ratios and the mimicked check re-read from them print what the committed output says (the
+    weights' part, about a minute, is left to the script)."""
+    obj = json.loads((ROOT / "bench" / f"{answers}.json").read_text())
+    committed = (ROOT / "bench" / f"{answers}.txt").read_text()
+    sampled.ratios(obj)
+    sampled.mimic(obj["answers"], obj["draft_kernels"], 20)
+    out = capsys.readouterr().out
+    for line in out.strip().splitlines():
+        assert line in committed
+    assert "h=320: rest/opening" in out and "the T = 0 drift runs get" in out
