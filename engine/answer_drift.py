@@ -20,8 +20,8 @@ prompt domain; elsewhere the rest is predicted as the opening (None). At T > 0 t
 at T = 0 is used: measured on answers sampled at T = 0.7 and T = 1 (bench/answer_drift_sampled.py,
 README "The drift at T = 0.7 and T = 1") the ratios lie within twelve answers of it, except for
 prose at T = 1 (rests harder than openings), and no other rule predicted those rests better.
-The measurement does not record where an answer's own EOS fell, so a run that stops at EOS may
-have a slightly harder rest than the ratio says.
+The answers were continued past their own EOS (as the learning check runs); cut at their first
+EOS, as an app run stops, the ratios move by 0.035 or less (bench/drift_eos.py, bench/drift-eos.txt).
 
 The draft's numerics (int8 on an AVX2 CPU, NF4 with bfloat16 activations on AVX512-BF16) change
 how it agrees with the target, so each asset says which draft kernels measured it

@@ -261,3 +261,20 @@ def test_the_sampled_drift_reading_matches_the_committed_output(answers, capsys)
     for line in out.strip().splitlines():
         assert line in committed
     assert "h=320: rest/opening" in out and "the T = 0 drift runs get" in out
+
+
+def test_the_drift_cut_at_eos_matches_the_committed_output(capsys):
+    """bench/drift_eos.py: a rest cut after the answer's first EOS counts only the positions up to
+    it; its reading of the committed answers is the committed output the README quotes."""
+    eos = _script("drift_eos")
+    answer = {"domain": "code", "ranks": [1] * 60 + [0] * 4 + [1, 0, 1, 0] + [0] * 8,
+              "answer_ids": [5] * 67 + [eos.EOS_IDS[0]] + [7] * 8}
+    assert eos.until_eos(answer) == 68
+    assert eos.ratio([answer], cut=False) == (pytest.approx((10 / 12) / (4 / 64)), 12)
+    assert eos.ratio([answer], cut=True) == (pytest.approx((2 / 4) / (4 / 64)), 4)
+    sampled_answer = {"domain": "code", "rank1_accept": [0.9] * 64 + [0.8] * 4, "answer_ids": [5] * 68}
+    assert eos.until_eos(sampled_answer) is None
+    assert eos.ratio([sampled_answer], cut=True)[0] == pytest.approx(2.0)
+    files = ("acceptance-ranks-320-nf4.json", "answer-drift-sampled-t07-nf4.json", "answer-drift-sampled-t1-nf4.json")
+    assert eos.main(*(str(ROOT / "bench" / f) for f in files)) == 0
+    assert capsys.readouterr().out == (ROOT / "bench" / "drift-eos.txt").read_text()
