@@ -221,6 +221,12 @@ def mimic(data: list[dict], kernels: str, draws: int) -> None:
             within = statistics.mean(sum(abs(e) <= 0.1 for e in y) for _, y in got)
             print(f"  {dom}, {name}: RMSE of the rest's miss rate {rmse:.4f}; chain error mean {bias:+.1%}, "
                   f"within 10 %: {within:.1f} of {len(got[0][1])}")
+        grid = {w: statistics.mean(statistics.mean(e * e for e in rest_prediction_errors(data, dom, now.ratio, w,
+                                                                                        seed)[0]) ** 0.5
+                                   for seed in range(draws))
+                for w in (32, 64, 128, 256, 512, 1024)}
+        print(f"    the same ratio ({now.ratio:.3f}) with other prior weights: RMSE " + ", ".join(
+            f"{w}: {e:.4f}" for w, e in grid.items()) + f" -> {min(grid, key=grid.get)}")
 
 
 if __name__ == "__main__":
