@@ -176,19 +176,21 @@ def weights(obj: dict, draws: int) -> None:
 
 
 def rest_prediction_errors(data: list[dict], domain: str, ratio: float | None, weight: float, seed: int,
-                           levels: int = 5) -> tuple[list[float], list[float]]:
+                           levels: int = 5, soft: bool = False) -> tuple[list[float], list[float]]:
     """The learning check mimicked on sampled answers: each answer's rest miss rate predicted from
     its opening's drawn hits as learning.rest_posterior does for rank 1 (the others' mean miss over
     their first 128 positions as the prior worth `weight`, times `ratio`; None: the others' own
     rest/opening ratio), against the rest's expected miss rate. Returns (miss errors, errors of a
-    `levels`-level chain's tokens/step under the positional model)."""
+    `levels`-level chain's tokens/step under the positional model). `soft`: the opening counts each
+    position's chance of a miss instead of a drawn miss (what a verifier at T > 0 could record: it
+    holds p and q at every visited node), so no draw's noise enters."""
     rows = [a["rank1_accept"] for a in data if a["domain"] == domain]
     hits = [x["ranks"] for x in drawn_ranks(data, seed) if x["domain"] == domain]
     misses, yields = [], []
     for i, x in enumerate(rows):
         others = rows[:i] + rows[i + 1:]
         r = ratio if ratio is not None else expected_miss(others, OPENING) / expected_miss(others, 0, OPENING)
-        opening_misses = sum(h != 1 for h in hits[i][:OPENING])
+        opening_misses = (sum(1 - a for a in x[:OPENING]) if soft else sum(h != 1 for h in hits[i][:OPENING]))
         predicted = min(1.0, r * (weight * expected_miss(others, 0, 128) + opening_misses) / (weight + OPENING))
         actual = expected_miss([x], OPENING)
         misses.append(predicted - actual)
@@ -227,6 +229,11 @@ def mimic(data: list[dict], kernels: str, draws: int) -> None:
                 for w in (32, 64, 128, 256, 512, 1024)}
         print(f"    the same ratio ({now.ratio:.3f}) with other prior weights: RMSE " + ", ".join(
             f"{w}: {e:.4f}" for w, e in grid.items()) + f" -> {min(grid, key=grid.get)}")
+        soft = {w: statistics.mean(e * e for e in rest_prediction_errors(data, dom, now.ratio, w, 0, soft=True)[0]) ** 0.5
+                for w in (0, 16, 32, 64, 128, 256, 512)}
+        print(f"    soft evidence (the opening's chances of a miss, not drawn misses), the same ratio: RMSE " + ", ".join(
+            f"{w}: {e:.4f}" for w, e in soft.items()) + f" -> {min(soft, key=soft.get)}; best with hits "
+            f"{min(grid.values()):.4f}")
 
 
 if __name__ == "__main__":
