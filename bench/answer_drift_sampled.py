@@ -43,17 +43,18 @@ import acceptance_dynamics as dynamics  # noqa: E402
 OPENING = 64
 
 
-def rank1_chance(p_logits, q_logits, temperature: float, top_p: float = 1.0) -> float:
+def rank1_chance(p_logits, q_logits, temperature: float, top_p: float = 1.0, top_k: int = 0) -> float:
     """P(the first child drawn from q is accepted) at one position: sum_x min(p(x), q(x)) for the
     distributions the engine verifies with (p warped as plain sampling warps it, q at T)."""
     import torch
 
     from engine import sampling
-    return float(torch.minimum(sampling.target_distribution(p_logits, temperature, top_p),
+    return float(torch.minimum(sampling.target_distribution(p_logits, temperature, top_p, top_k),
                                sampling.draft_distribution(q_logits, temperature)).sum())
 
 
-def measure(path: Path, temperature: float, top_p: float, tokens: int, limit: int | None = None) -> None:
+def measure(path: Path, temperature: float, top_p: float, tokens: int, limit: int | None = None,
+            top_k: int = 0) -> None:
     import torch
 
     from engine import methods
@@ -66,19 +67,20 @@ def measure(path: Path, temperature: float, top_p: float, tokens: int, limit: in
     out, started = [], time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     for i, item in enumerate(json.loads((ROOT / "assets/measurement-prompts.json").read_text())["prompts"][:limit]):
         ids = encode_prompt(pair, item["prompt"], None)
-        settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=tokens, seed=i, ignore_eos=True)
+        settings = Settings(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=tokens, seed=i,
+                            ignore_eos=True)
         answer, _ = generate_ids(pair, ids, methods.chain(4), settings)
         seq = ids + answer
         with torch.inference_mode():
             p_logits = _logits(pair.target, seq, len(ids), pair.rows_coupled("target"))
             q_logits = fit_vocab(_logits(pair.draft, seq, len(ids), pair.rows_coupled("draft")), pair.vocab_size,
                                  torch.device("cpu"))
-            accept = [rank1_chance(p_logits[j], q_logits[j], temperature, top_p) for j in range(len(answer))]
+            accept = [rank1_chance(p_logits[j], q_logits[j], temperature, top_p, top_k) for j in range(len(answer))]
         out.append({"domain": item["kind"], "rank1_accept": [round(a, 5) for a in accept],
                     "prompt_ids": ids, "answer_ids": answer})
         print(i, item["kind"], len(answer), f"{statistics.mean(accept):.3f}", flush=True)
     path.write_text(json.dumps({"draft_kernels": draft_kernels(pair), "temperature": temperature, "top_p": top_p,
-                                "measured_at": started, "answers": out}))
+                                **({"top_k": top_k} if top_k else {}), "measured_at": started, "answers": out}))
 
 
 def expected_miss(rows: list[list[float]], lo: int, hi: int | None = None) -> float:
@@ -107,12 +109,13 @@ def main() -> int:
     ap.add_argument("--answers", type=Path, required=True)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--top-p", type=float, default=1.0)
+    ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--tokens", type=int, default=320)
     ap.add_argument("--draws", type=int, default=20, help="seeds of drawn hits for the weights (part 2)")
     ap.add_argument("--limit", type=int, help="the first N prompts only (a smoke run)")
     args = ap.parse_args()
     if not args.answers.exists():
-        measure(args.answers, args.temperature, args.top_p, args.tokens, args.limit)
+        measure(args.answers, args.temperature, args.top_p, args.tokens, args.limit, args.top_k)
     obj = json.loads(args.answers.read_text())
     ratios(obj)
     weights(obj, args.draws)
@@ -175,23 +178,34 @@ def weights(obj: dict, draws: int) -> None:
               f"{zero.get('prior_weight_ratio_not_applied')}")
 
 
+def predicted_rest_miss(opening_misses: float, prior_miss: float, ratio: float, weight: float,
+                        trials: float = OPENING) -> float:
+    """Rank 1 of learning.rest_posterior with no rest evidence yet, as a miss rate: the prior's miss
+    worth `weight` observations pooled with the opening's misses over `trials`, times `ratio`
+    (learning.drifted: a miss mass above 1 cannot be). Ranks 2.. are not modelled: where the
+    learner's ranks sum past learning.MAX_TOTAL it scales them all down, rank 1 too."""
+    return min(1.0, ratio * (weight * prior_miss + opening_misses) / (weight + trials))
+
+
 def rest_prediction_errors(data: list[dict], domain: str, ratio: float | None, weight: float, seed: int,
-                           levels: int = 5, soft: bool = False) -> tuple[list[float], list[float]]:
-    """The learning check mimicked on sampled answers: each answer's rest miss rate predicted from
-    its opening's drawn hits as learning.rest_posterior does for rank 1 (the others' mean miss over
-    their first 128 positions as the prior worth `weight`, times `ratio`; None: the others' own
-    rest/opening ratio), against the rest's expected miss rate. Returns (miss errors, errors of a
-    `levels`-level chain's tokens/step under the positional model). `soft`: the opening counts each
-    position's chance of a miss instead of a drawn miss (what a verifier at T > 0 could record: it
-    holds p and q at every visited node), so no draw's noise enters."""
-    rows = [a["rank1_accept"] for a in data if a["domain"] == domain]
+                           levels: int = 5, soft: bool = False,
+                           horizon: int | None = None) -> tuple[list[float], list[float]]:
+    """The learning check mimicked on sampled answers, rest = positions OPENING..horizon-1: each
+    answer's rest miss rate predicted from its opening (predicted_rest_miss; every opening position
+    a trial, as a 16-wide star records them and as the T = 0 weights were chosen; the others' mean
+    miss over their first 128 positions as the prior; `ratio` None: the others' own rest/opening
+    ratio), against the rest's expected miss rate. Returns (miss errors, errors of a `levels`-level
+    chain's tokens/step under the positional model). `soft`: the opening counts each position's
+    chance of a miss instead of a drawn miss (what a verifier at T > 0 could record: it holds p and q
+    at every visited node), so no draw's noise enters."""
+    rows = [a["rank1_accept"][:horizon] for a in data if a["domain"] == domain]
     hits = [x["ranks"] for x in drawn_ranks(data, seed) if x["domain"] == domain]
     misses, yields = [], []
     for i, x in enumerate(rows):
         others = rows[:i] + rows[i + 1:]
         r = ratio if ratio is not None else expected_miss(others, OPENING) / expected_miss(others, 0, OPENING)
         opening_misses = (sum(1 - a for a in x[:OPENING]) if soft else sum(h != 1 for h in hits[i][:OPENING]))
-        predicted = min(1.0, r * (weight * expected_miss(others, 0, 128) + opening_misses) / (weight + OPENING))
+        predicted = predicted_rest_miss(opening_misses, expected_miss(others, 0, 128), r, weight)
         actual = expected_miss([x], OPENING)
         misses.append(predicted - actual)
         yields.append(sum((1 - predicted) ** j for j in range(levels)) / sum((1 - actual) ** j for j in range(levels))
@@ -199,39 +213,53 @@ def rest_prediction_errors(data: list[dict], domain: str, ratio: float | None, w
     return misses, yields
 
 
+def _rmse(errors: list[float]) -> float:
+    return statistics.mean(e * e for e in errors) ** 0.5
+
+
 def mimic(data: list[dict], kernels: str, draws: int) -> None:
-    """Which rule predicts these answers' rests better: the T = 0 drift a run at this temperature
-    gets now (answer_drift.drift_for), the ratio measured on these answers (leave-one-prompt-out),
-    or none (the weight measured without the ratio at T = 0)."""
+    """Which rule predicts these answers' rests better, per horizon: the T = 0 drift a run at this
+    temperature gets now (answer_drift.drift_for); a drift measured at this temperature (these
+    answers' own ratio at the horizon, leave-one-prompt-out, where the stated rule would apply it:
+    its interval over all answers excludes 1; else none), with the same weight; or no ratio (the
+    weight measured without the ratio at T = 0). At the whole answer also the weight grid and soft
+    evidence."""
     from engine import answer_drift, embedded
     asset = _zero_asset(kernels)
     n = min(len(a["rank1_accept"]) for a in data)
-    print(f"\nThe learning check mimicked on these answers (rest = positions {OPENING}..{n - 1}; openings' hits "
+    print(f"\nThe learning check mimicked on these answers (rest = positions {OPENING}..h-1; openings' hits "
           f"drawn, {draws} seeds; errors of a 5-level chain's tokens/step, positional model):")
     for dom in ("code", "prose"):
+        for h in range(128, n + 1, 64):
+            now = answer_drift.drift_for(embedded.DRAFT.folder_name, embedded.TARGET.folder_name, dom, h,
+                                         draft_kernels=kernels)
+            unratioed = answer_drift.entry_for((asset.get("domains") or {}).get(dom, {}), h)
+            w_none = unratioed.get("prior_weight_ratio_not_applied") or 32
+            rows = [a["rank1_accept"][:h] for a in data if a["domain"] == dom]
+            own, lo, hi = ratio_with_interval(rows, h)
+            own_applies = answer_drift.applies({"rest_over_opening": own, "ci95": [lo, hi]})
+            rules = [(f"the T = 0 drift runs get (ratio {now.ratio:.3f}, weight {now.weight:g})", now.ratio,
+                      now.weight),
+                     (f"a drift measured at this T ({f'ratio {own:.3f} leave-one-out' if own_applies else 'none'}), "
+                      f"weight {now.weight:g}", None if own_applies else 1.0, now.weight),
+                     (f"no ratio, weight {w_none:g}", 1.0, w_none)]
+            for name, ratio, weight in rules:
+                got = [rest_prediction_errors(data, dom, ratio, weight, seed, horizon=h) for seed in range(draws)]
+                rmse = statistics.mean(_rmse(m) for m, _ in got)
+                bias = statistics.mean(statistics.mean(y) for _, y in got)
+                within = statistics.mean(sum(abs(e) <= 0.1 for e in y) for _, y in got)
+                print(f"  {dom}, h={h}, {name}: RMSE of the rest's miss rate {rmse:.4f}; chain error mean "
+                      f"{bias:+.1%}, within 10 %: {within:.1f} of {len(got[0][1])}")
         now = answer_drift.drift_for(embedded.DRAFT.folder_name, embedded.TARGET.folder_name, dom, n,
                                      draft_kernels=kernels)
-        unratioed = answer_drift.entry_for((asset.get("domains") or {}).get(dom, {}), n)
-        w_none = unratioed.get("prior_weight_ratio_not_applied") or 32
-        rules = [(f"the T = 0 drift runs get (ratio {now.ratio:.3f}, weight {now.weight:g})", now.ratio, now.weight),
-                 (f"the ratio of these answers (leave-one-out), weight {now.weight:g}", None, now.weight),
-                 (f"no ratio, weight {w_none:g}", 1.0, w_none)]
-        for name, ratio, weight in rules:
-            got = [rest_prediction_errors(data, dom, ratio, weight, seed) for seed in range(draws)]
-            rmse = statistics.mean(statistics.mean(e * e for e in m) ** 0.5 for m, _ in got)
-            bias = statistics.mean(statistics.mean(y) for _, y in got)
-            within = statistics.mean(sum(abs(e) <= 0.1 for e in y) for _, y in got)
-            print(f"  {dom}, {name}: RMSE of the rest's miss rate {rmse:.4f}; chain error mean {bias:+.1%}, "
-                  f"within 10 %: {within:.1f} of {len(got[0][1])}")
-        grid = {w: statistics.mean(statistics.mean(e * e for e in rest_prediction_errors(data, dom, now.ratio, w,
-                                                                                        seed)[0]) ** 0.5
+        grid = {w: statistics.mean(_rmse(rest_prediction_errors(data, dom, now.ratio, w, seed)[0])
                                    for seed in range(draws))
-                for w in (32, 64, 128, 256, 512, 1024)}
-        print(f"    the same ratio ({now.ratio:.3f}) with other prior weights: RMSE " + ", ".join(
+                for w in dynamics.WEIGHTS + (1024,)}
+        print(f"    h={n}, the same ratio ({now.ratio:.3f}) with other prior weights: RMSE " + ", ".join(
             f"{w}: {e:.4f}" for w, e in grid.items()) + f" -> {min(grid, key=grid.get)}")
-        soft = {w: statistics.mean(e * e for e in rest_prediction_errors(data, dom, now.ratio, w, 0, soft=True)[0]) ** 0.5
-                for w in (0, 16, 32, 64, 128, 256, 512)}
-        print(f"    soft evidence (the opening's chances of a miss, not drawn misses), the same ratio: RMSE " + ", ".join(
+        soft = {w: _rmse(rest_prediction_errors(data, dom, now.ratio, w, 0, soft=True)[0])
+                for w in dynamics.WEIGHTS}
+        print("    soft evidence (the opening's chances of a miss, not drawn misses), the same ratio: RMSE " + ", ".join(
             f"{w}: {e:.4f}" for w, e in soft.items()) + f" -> {min(soft, key=soft.get)}; best with hits "
             f"{min(grid.values()):.4f}")
 

@@ -7,9 +7,10 @@ The drift assets were measured on answers continued to 320 tokens with ignore_eo
 learning check runs; a run in the app stops at the target's EOS. This reads the committed answers
 (their token ids) and gives each domain's rest/opening P(rank 1 missed) both ways: over every
 position, and over the positions up to and including the answer's first EOS (the embedded
-target's <|im_end|> or <|endoftext|>). Greedy ranks files count misses as rank != 1; sampled
+target's <|im_end|>, the one id its generation config stops on). Greedy ranks files count misses as rank != 1; sampled
 answer files (bench/answer_drift_sampled.py) count 1 - the chance of rank 1. The interval: 2,000
-bootstrap resamples of the answers, as the assets' (other draws: the third decimal may differ).
+bootstrap resamples of the answers, the same draws for both ways (as the assets', not the same
+draws: the third decimal may differ from theirs).
 The int8 draft's ranks files hold no token ids, so only the NF4 one is read.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from pathlib import Path
 
 OPENING = 64
-EOS_IDS = (151645, 151643)   # the embedded Qwen2.5 pair's <|im_end|>, <|endoftext|>
+EOS_IDS = (151645,)   # <|im_end|>: the embedded target's generation_config eos_token_id, what a run stops on
 
 
 def misses(answer: dict) -> list[float]:
@@ -52,10 +53,10 @@ def report(path: Path) -> None:
     print(f"{path.name}: " + ", ".join(
         f"{d} {sum(until_eos(a) is not None for a in answers if a['domain'] == d)} of "
         f"{sum(a['domain'] == d for a in answers)} answers reach EOS" for d in ("code", "prose")))
-    rng = random.Random(0)
     for domain in ("code", "prose"):
         mine = [a for a in answers if a["domain"] == domain]
         for cut in (False, True):
+            rng = random.Random(0)   # one set of resamples per domain, for both ways
             r, n = ratio(mine, cut)
             boots = sorted(ratio([rng.choice(mine) for _ in mine], cut)[0] for _ in range(2000))
             print(f"  {domain}, {'cut at EOS' if cut else 'ignore_eos'}: rest/opening {r:.3f} "

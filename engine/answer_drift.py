@@ -17,9 +17,11 @@ measured horizon at or above it (the largest, 320, beyond it: the rest of a long
 assumed no easier than positions 64..319). A ratio is applied (engine/learning.py rest_posterior)
 only where its interval excludes 1, only for the pair it was measured on, and only with a known
 prompt domain; elsewhere the rest is predicted as the opening (None). At T > 0 the ratio measured
-at T = 0 is used: measured on answers sampled at T = 0.7 and T = 1 (bench/answer_drift_sampled.py,
-README "The drift at T = 0.7 and T = 1") the ratios lie within twelve answers of it, except for
-prose at T = 1 (rests harder than openings), and no other rule predicted those rests better.
+at T = 0 is used. Measured on answers sampled at T = 0.7 and T = 1 (bench/answer_drift_sampled.py,
+README "The drift at T = 0.7 and T = 1"), the ratios cannot be told from T = 0's with twelve
+answers, except prose at T = 1 (rests harder than openings). A drift measured at each temperature,
+applied by the same rule, predicted no better on both kinds: better for code at T = 1 and short
+horizons, worse for prose at T = 1, the same at T = 0.7.
 The answers were continued past their own EOS (as the learning check runs); cut at their first
 EOS, as an app run stops, the ratios move by 0.035 or less (bench/drift_eos.py, bench/drift-eos.txt).
 

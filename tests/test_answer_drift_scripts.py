@@ -278,3 +278,32 @@ def test_the_drift_cut_at_eos_matches_the_committed_output(capsys):
     files = ("acceptance-ranks-320-nf4.json", "answer-drift-sampled-t07-nf4.json", "answer-drift-sampled-t1-nf4.json")
     assert eos.main(*(str(ROOT / "bench" / f) for f in files)) == 0
     assert capsys.readouterr().out == (ROOT / "bench" / "drift-eos.txt").read_text()
+
+
+def test_the_mimicked_check_predicts_rank_1_as_the_learner_does():
+    """answer_drift_sampled.predicted_rest_miss is learning.rest_posterior's rank 1 (as a miss rate)
+    for an opening of 64 trials and no rest evidence yet, with and without a ratio, and where the
+    drifted miss would pass 1 (ranks 2.. low enough that the learner's cap on their sum stays off)."""
+    from engine import learning
+    from engine.answer_drift import Drift
+    prior = [0.8, 0.05, 0.02]
+    for misses, ratio, weight in ((10, 0.736, 128.0), (25, 1.0, 256.0), (3, 1.2, 32.0), (60, 3.0, 16.0)):
+        opening = learning.Evidence([64.0, float(misses)], [64.0 - misses, 0.0], 64.0)
+        expected = 1 - learning.rest_posterior(prior, opening, learning.Evidence(), Drift(ratio, weight))[0]
+        assert sampled.predicted_rest_miss(misses, 1 - prior[0], ratio, weight) == pytest.approx(expected)
+
+
+def test_the_learning_checks_bias_reading_matches_the_committed_output(capsys):
+    """bench/learning_check_bias.py, whose totals the README quotes, reads the committed checks'
+    first runs (a repeated or carried run and a running twin are left out) into the committed output."""
+    bias = _script("learning_check_bias")
+    check = {"learning_check": {"runs": [
+        {"temperature": 0.0, "kind": "code", "error": 0.1}, {"temperature": 0.0, "kind": "code", "error": -0.3},
+        {"temperature": 0.0, "kind": "code", "error": 0.5, "remembered": {"runs": 1}},
+        {"temperature": 0.0, "kind": "code", "error": 0.5, "frozen": False},
+        {"temperature": 0.7, "kind": "prose", "error": None}]}}
+    assert [r["error"] for r in bias.first_runs(check)] == [0.1, -0.3]
+    checks = sorted(str(p) for p in (ROOT / "bench").glob("learning-check-*.json"))
+    assert len(checks) == 8
+    assert bias.main(*checks) == 0
+    assert capsys.readouterr().out == (ROOT / "bench" / "learning-check-bias.txt").read_text()
