@@ -21,6 +21,11 @@ T = 0 asset this machine's draft kernels use; then the ratio, interval and prior
 bench/acceptance_dynamics.py chooses them (analyse_drift) on hits drawn once per position from
 those chances (what a run's evidence looks like: each visited node's rank 1 is a hit or a miss),
 repeated for --draws seeds, so the weights' spread from the draws alone shows.
+
+Part 3 (mimic): the learning check mimicked on these answers at each horizon: the T = 0 drift runs
+get, a drift measured at this T where the stated rule would apply it, and none; at the whole
+answer also the prior weight's grid and soft evidence (each opening position's chance of a miss
+instead of a drawn miss). README, "The drift at T = 0.7 and T = 1", reads the output.
 """
 from __future__ import annotations
 
