@@ -196,8 +196,12 @@ def build(ctx: AppContext, header: dict) -> dict:
     # ------------------------------------------------------------ handlers
     def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                request: gr.Request = None):
-        """Re-plan from caches at once; measure (with progress) only when nothing is measured."""
+        """Re-plan from caches at once; measure (with progress) only when nothing is measured. A
+        re-plan reaches a run only if the run was going when it was asked for: one asked for before
+        Generate, with the page's values of that moment, says nothing once it ends (Generate read
+        the values the run uses; the run shows its own plan)."""
         sess = ctx.sessions.get(request)
+        starts_before = sess.starts
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
@@ -224,6 +228,9 @@ def build(ctx: AppContext, header: dict) -> dict:
         except (UserError, TreeError) as exc:
             yield {status: f"! {exc}"}
             raise gr.Error(str(exc)) from None
+        if sess.starts != starts_before:   # a run started while this was planned
+            yield {status: gr.skip()}
+            return
         sess.plan = result
         sess.publish(spec.kind, result)  # a PlanResult: the running job's learning re-plans its spec
         running = sess.running
@@ -245,7 +252,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         """The prompt or max new tokens was edited: the shown plan follows, but a running job keeps
         the plan of the prompt it is answering (it is not re-planned for the next run's text)."""
         if ctx.sessions.get(request).running:
-            yield {}
+            yield {status: gr.skip()}   # (an empty dict is not an update: gradio counts it as one value)
             return
         yield from replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
@@ -291,6 +298,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             if sess.running:
                 raise UserError("a run is already going in this tab: press Stop first")
             sess.learn = learn_v is not False
+            sess.starts += 1   # before the job exists: a re-plan asked for before now must not reach it
             job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind), learn=sess.learn)
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None

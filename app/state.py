@@ -44,6 +44,7 @@ class Session:
     imported: Tree | None = None
     imported_name: str = ""
     plan: Any = None                      # last PlanResult shown
+    starts: int = 0                       # Live runs started (counted before the job is submitted)
     touched: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -488,3 +488,38 @@ def test_a_page_load_plan_that_ends_during_a_run_leaves_the_runs_plan_alone(serv
         assert "Plan:" not in str(plan_md or "")
     finally:
         job.cancel()
+
+
+@pytest.mark.timeout(90)
+def test_a_re_plan_asked_for_before_generate_does_not_reach_the_run(served, client, jobs, monkeypatch):
+    """Leaving the max-new-tokens box re-plans with the page's values of that moment; if Generate is
+    pressed while that plan is computed, the plan must not reach the run (it did: in Chromium, a T=1
+    run ended showing the T=0 plan of an edit made just before, and was sent its tree). Leaving the
+    prompt box while a run goes shows nothing and raises nothing (its empty update was an error)."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
+    worker = served["ctx"].worker
+    original, asked = worker.quick_plan, threading.Event()
+
+    def slow(*args, **kwargs):   # the re-plan's plan, finished only once the run is going
+        asked.set()
+        wait_for(lambda: any(j.state == "running" for j in jobs), 30)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(worker, "quick_plan", slow)
+    # budget 7 (the run's is 8): a plan for other values than the run's
+    replan = client.submit("sequoia", 7, 4, False, 0, 1, 0, "def f(x):", 200, api_name="/plan_on_max_new")
+    assert asked.wait(30)
+    monkeypatch.setattr(worker, "quick_plan", original)
+    sess = served["ctx"].sessions._items[client.session_hash]
+    published = sess.live[0]
+    run = client.submit(*gen_args(method="sequoia", max_new_tokens=8000), api_name="/generate")   # stopped below
+    try:
+        wait_for(lambda: sess.running, 30)
+        replan.result(timeout=60)
+        assert sess.live[0] == published   # nothing sent to the running job
+        assert sess.plan is None or sess.plan.spec.budget == 8
+        client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 200, api_name="/plan_on_prompt")
+        assert sess.running and sess.live[0] == published
+        assert sess.plan is None or sess.plan.spec.budget == 8
+    finally:
+        run.cancel()
