@@ -10,7 +10,7 @@ Part 1 (about 10 minutes on the 2-core CPU; skipped when --ranks names an existi
 of the 24 prompts of assets/measurement-prompts.json, the target's greedy answer (128 tokens,
 decoded with chain(4): the same text) and, at every answer position, the rank of the target's
 token among the draft's 16 most likely (0: not among them), from one causal forward of each
-model (engine.replay._logits; the draft on the kernels this machine gives it: int8 one row at a
+model (engine.replay.answer_logits; the draft on the kernels this machine gives it: int8 one row at a
 time, or NF4 on an AVX512-BF16 CPU). Saved to --ranks with those kernels (profiler.draft_kernels);
 engine/answer_drift.py serves each run the asset measured with its own draft kernels.
 
@@ -52,10 +52,10 @@ def measure_ranks(path: Path, tokens: int = 128) -> None:
     import torch
 
     from engine import methods, sampling
-    from engine.decoding import fit_vocab, generate_ids
+    from engine.decoding import generate_ids
     from engine.models import encode_prompt, load_pair
     from engine.profiler import draft_kernels
-    from engine.replay import _logits
+    from engine.replay import answer_logits
     from engine.settings import Settings
     pair = load_pair()
     out = []
@@ -63,10 +63,7 @@ def measure_ranks(path: Path, tokens: int = 128) -> None:
         ids = encode_prompt(pair, item["prompt"], None)
         answer, _ = generate_ids(pair, ids, methods.chain(4), Settings(temperature=0.0, max_new_tokens=tokens, seed=i,
                                                                              ignore_eos=tokens > 128))
-        seq = ids + answer
-        p = _logits(pair.target, seq, len(ids), pair.rows_coupled("target"))
-        q = fit_vocab(_logits(pair.draft, seq, len(ids), pair.rows_coupled("draft")), pair.vocab_size,
-                      torch.device("cpu"))
+        p, q = answer_logits(pair, ids, answer, torch.device("cpu"))
         ranks = []
         for j in range(len(answer)):
             # the engine's own greedy verifier over the draft's 16 most likely: what a 16-wide star accepts

@@ -13,7 +13,7 @@ smooth where a hit is 0 or 1:
 - the draft's top probability, max q;
 - the overlap sum_x min(p(x), q(x)) at T = 1 (P(rank 1 accepted) under sampling at T = 1).
 Part 1 (a few minutes; skipped when --features exists): one causal forward of each model over each
-answer of the ranks file (engine.replay._logits, as acceptance_dynamics measured the ranks), the
+answer of the ranks file (engine.replay.answer_logits, as acceptance_dynamics measured the ranks), the
 features per position saved to --features; the greedy agreement they imply is checked against the
 ranks file. Part 2: for each feature, its opening mean's correlation with the rest's miss rate, and
 the nested leave-one-prompt-out correction of the learner's prediction (answer_signals.corrected_rmse):
@@ -52,10 +52,9 @@ def position_features(p_logits, q_logits, answer: list[int]) -> dict[str, list[f
 def measure(ranks_path: Path, out: Path) -> None:
     import torch
 
-    from engine.decoding import fit_vocab
     from engine.models import load_pair
     from engine.profiler import draft_kernels
-    from engine.replay import _logits
+    from engine.replay import answer_logits
     data, kernels = dynamics.load_ranks(ranks_path)
     pair = load_pair()
     if draft_kernels(pair) != kernels:
@@ -64,11 +63,7 @@ def measure(ranks_path: Path, out: Path) -> None:
     rows = []
     with torch.inference_mode():
         for i, a in enumerate(data):
-            seq = a["prompt_ids"] + a["answer_ids"]
-            start = len(a["prompt_ids"])
-            p = _logits(pair.target, seq, start, pair.rows_coupled("target"))
-            q = fit_vocab(_logits(pair.draft, seq, start, pair.rows_coupled("draft")), pair.vocab_size,
-                          torch.device("cpu"))
+            p, q = answer_logits(pair, a["prompt_ids"], a["answer_ids"], torch.device("cpu"))
             rows.append({"domain": a["domain"], **position_features(p, q[:, :p.shape[-1]], a["answer_ids"])})
             print(i, a["domain"], f"{statistics.mean(rows[-1]['draft_p_of_target_token']):.3f}", flush=True)
     out.write_text(json.dumps({"draft_kernels": kernels, "ranks": ranks_path.name, "answers": rows}))

@@ -10,7 +10,7 @@ on answers sampled at T:
 Part 1 (skipped when --answers exists): for each of the 24 prompts of
 assets/measurement-prompts.json, an answer of --tokens tokens sampled from the target at T
 (ignore_eos, seed = the prompt's index; decoded with chain(4), which samples exactly the target's
-distribution), then one causal forward of each model over it (engine.replay._logits, as the
+distribution), then one causal forward of each model over it (engine.replay.answer_logits, as the
 greedy ranks were measured) and, at every answer position, P(rank 1 accepted) under the Sequoia
 sampler: a first child x ~ q is accepted with probability min(1, p(x)/q(x)), so the chance is
 sum_x min(p(x), q(x)) for the warped p and q the engine verifies with (engine/sampling.py).
@@ -63,10 +63,10 @@ def measure(path: Path, temperature: float, top_p: float, tokens: int, limit: in
     import torch
 
     from engine import methods
-    from engine.decoding import fit_vocab, generate_ids
+    from engine.decoding import generate_ids
     from engine.models import encode_prompt, load_pair
     from engine.profiler import draft_kernels
-    from engine.replay import _logits
+    from engine.replay import answer_logits
     from engine.settings import Settings
     pair = load_pair()
     out, started = [], time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
@@ -75,11 +75,8 @@ def measure(path: Path, temperature: float, top_p: float, tokens: int, limit: in
         settings = Settings(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=tokens, seed=i,
                             ignore_eos=True)
         answer, _ = generate_ids(pair, ids, methods.chain(4), settings)
-        seq = ids + answer
         with torch.inference_mode():
-            p_logits = _logits(pair.target, seq, len(ids), pair.rows_coupled("target"))
-            q_logits = fit_vocab(_logits(pair.draft, seq, len(ids), pair.rows_coupled("draft")), pair.vocab_size,
-                                 torch.device("cpu"))
+            p_logits, q_logits = answer_logits(pair, ids, answer, torch.device("cpu"))
             accept = [rank1_chance(p_logits[j], q_logits[j], temperature, top_p, top_k) for j in range(len(answer))]
         out.append({"domain": item["kind"], "rank1_accept": [round(a, 5) for a in accept],
                     "prompt_ids": ids, "answer_ids": answer})

@@ -54,6 +54,20 @@ def _logits(model, ids: list[int], start: int = 0, one_row_at_a_time: bool = Fal
     return torch.cat(rows)
 
 
+def answer_logits(pair: ModelPair, prompt_ids: list[int], answer: list[int], device: torch.device | None = None,
+                  should_stop: Callable[[], bool] = lambda: False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p, q) logits at every answer position (the rows whose next token is an answer token): one
+    causal forward of the target, then of the draft (_logits: one row at a time where its rows are
+    coupled), over prompt + answer; on `device` (default: the pair's), the draft's fitted to the
+    target's vocabulary. `should_stop` is asked between the two forwards."""
+    device = device or pair.device
+    seq = prompt_ids + answer
+    p = _logits(pair.target, seq, len(prompt_ids), pair.rows_coupled("target")).to(device)
+    _stop_if_asked(should_stop)
+    q = fit_vocab(_logits(pair.draft, seq, len(prompt_ids), pair.rows_coupled("draft")), pair.vocab_size, device)
+    return p, q
+
+
 def _replay(p_logits, q_logits, settings: Settings, sampler: str, width: int, draws: int,
             generator: torch.Generator) -> list[float]:
     """Per rank, the share of `draws` replays of a star at one position that accepted it."""
@@ -101,11 +115,8 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
             raise Stopped("measurement stopped")
         if not answer:
             continue
-        seq = ids + answer  # the positions measured are those whose next token is an answer token
-        p_all = _logits(pair.target, seq, len(ids), pair.rows_coupled("target")).to(prob_device)
-        _stop_if_asked(should_stop)  # a stop lands between the forwards and between positions too
-        q_all = fit_vocab(_logits(pair.draft, seq, len(ids), pair.rows_coupled("draft")), pair.vocab_size,
-                          prob_device)
+        # a stop lands between the forwards and between positions too
+        p_all, q_all = answer_logits(pair, ids, answer, prob_device, should_stop)
         for j in range(len(answer)):
             _stop_if_asked(should_stop)
             for k, share in enumerate(_replay(p_all[j], q_all[j], settings, sampler, width, draws, generator)):
