@@ -16,19 +16,23 @@ The int8 draft's ranks files hold no token ids, so only the NF4 one is read.
 from __future__ import annotations
 
 import json
-import random
 import sys
 from pathlib import Path
 
-OPENING = 64
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import answer_drift_sampled as sampled  # noqa: E402  (its expected misses and bootstrap interval)
+
+OPENING = sampled.OPENING
 EOS_IDS = (151645,)   # <|im_end|>: the embedded target's generation_config eos_token_id, what a run stops on
 
 
-def misses(answer: dict) -> list[float]:
-    """Per position, the miss (greedy ranks: 0 or 1) or its chance (sampled answers)."""
+def chances(answer: dict) -> list[float]:
+    """Per position, rank 1's chance of acceptance: a greedy rank's hit (1) or miss (0), or a
+    sampled answer's chance."""
     if "ranks" in answer:
-        return [float(r != 1) for r in answer["ranks"]]
-    return [1.0 - a for a in answer["rank1_accept"]]
+        return [float(r == 1) for r in answer["ranks"]]
+    return answer["rank1_accept"]
 
 
 def until_eos(answer: dict, eos_ids=EOS_IDS) -> int | None:
@@ -36,15 +40,17 @@ def until_eos(answer: dict, eos_ids=EOS_IDS) -> int | None:
     return next((i + 1 for i, t in enumerate(answer["answer_ids"]) if t in eos_ids), None)
 
 
+def rows(answers: list[dict], cut: bool) -> list[list[float]]:
+    """Each answer's chances, cut after its EOS when `cut`."""
+    return [chances(a)[:until_eos(a) if cut else None] for a in answers]
+
+
 def ratio(answers: list[dict], cut: bool) -> tuple[float, int]:
     """(rest/opening miss ratio pooled over positions, the rest's positions), each answer cut after
     its EOS when `cut`."""
-    opening = rest = opening_n = rest_n = 0.0
-    for a in answers:
-        m = misses(a)[:until_eos(a) if cut else None]
-        opening, opening_n = opening + sum(m[:OPENING]), opening_n + len(m[:OPENING])
-        rest, rest_n = rest + sum(m[OPENING:]), rest_n + len(m[OPENING:])
-    return (rest / rest_n) / (opening / opening_n), int(rest_n)
+    got = rows(answers, cut)
+    return (sampled.expected_miss(got, OPENING) / sampled.expected_miss(got, 0, OPENING),
+            sum(len(x[OPENING:]) for x in got))
 
 
 def report(path: Path) -> None:
@@ -56,11 +62,10 @@ def report(path: Path) -> None:
     for domain in ("code", "prose"):
         mine = [a for a in answers if a["domain"] == domain]
         for cut in (False, True):
-            rng = random.Random(0)   # one set of resamples per domain, for both ways
             r, n = ratio(mine, cut)
-            boots = sorted(ratio([rng.choice(mine) for _ in mine], cut)[0] for _ in range(2000))
+            _, lo, hi = sampled.ratio_with_interval(rows(mine, cut), None)   # one set of resamples, both ways
             print(f"  {domain}, {'cut at EOS' if cut else 'ignore_eos'}: rest/opening {r:.3f} "
-                  f"(95 % {boots[50]:.3f}-{boots[1949]:.3f}), {n} rest positions")
+                  f"(95 % {lo:.3f}-{hi:.3f}), {n} rest positions")
 
 
 def main(*paths: str) -> int:
