@@ -228,7 +228,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         except (UserError, TreeError) as exc:
             yield {status: f"! {exc}"}
             raise gr.Error(str(exc)) from None
-        if sess.starts != starts_before:   # a run started while this was planned
+        if sess.started_since(starts_before):
             yield {status: gr.skip()}
             return
         sess.plan = result
@@ -262,13 +262,14 @@ def build(ctx: AppContext, header: dict) -> dict:
         once a run has started (Generate pressed while it planned): the run shows its own plan, and
         a late page-load plan must not replace it (it did, on a page opened as the pair loaded)."""
         sess = ctx.sessions.get(request)
+        starts_before = sess.starts
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
         except (UserError, TreeError) as exc:
-            if sess.running:
+            if sess.running or sess.started_since(starts_before):
                 return {}
             if isinstance(exc, NeedsMeasurement):
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
@@ -280,7 +281,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             else:
                 msg = str(exc)
             return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
-        if sess.running:
+        if sess.running or sess.started_since(starts_before):
             return {}
         sess.plan = result
         vec = result.planning_probabilities

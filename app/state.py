@@ -52,6 +52,12 @@ class Session:
     def running(self) -> bool:
         return self.job is not None and not self.job.done
 
+    def started_since(self, starts: int) -> bool:
+        """Whether a Live run started after `starts` was read from self.starts (counted before its
+        job exists, so this holds from the moment Generate is handled): a plan asked for before
+        it, with the page's values of that moment, must not replace the plan the run shows."""
+        return self.starts != starts
+
     def stop_all(self) -> bool:
         """Stop this session's run and measurement; True if something was running or queued."""
         found = False

@@ -474,6 +474,32 @@ def test_command_line_placement_reaches_the_load_and_the_page(tmp_path):
         ctx.worker.close()
 
 
+@pytest.mark.timeout(120)
+def test_a_page_load_plan_outlived_by_a_whole_run_leaves_the_runs_plan_alone(served, client, jobs, monkeypatch):
+    """A run may start and end while the page's first plan is computed: by then the session is no
+    longer running, so only the count of runs started tells that the plan is older than the run.
+    The plan shown must stay the run's (it was replaced by the page's)."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
+    worker = served["ctx"].worker
+    sess = served["ctx"].sessions._items[client.session_hash]
+    original, asked, starts = worker.quick_plan, threading.Event(), sess.starts
+
+    def slow(*args, **kwargs):   # the page's plan, finished only once a whole run went by
+        asked.set()
+        wait_for(lambda: sess.starts > starts and sess.job is not None and sess.job.done, 60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(worker, "quick_plan", slow)
+    page = client.submit("sequoia", 7, 4, False, 0, 1, api_name="/first_plan")   # budget 7, the run's is 8
+    assert asked.wait(30)
+    monkeypatch.setattr(worker, "quick_plan", original)
+    client.predict(*gen_args(method="sequoia", max_new_tokens=8), api_name="/generate")
+    assert sess.plan is not None and sess.plan.spec.budget == 8
+    out = page.result(timeout=60)
+    assert sess.plan.spec.budget == 8, "the page's late plan replaced the run's"
+    assert "Plan:" not in str(out[0] or ""), out[0]
+
+
 @pytest.mark.timeout(90)
 def test_a_page_load_plan_that_ends_during_a_run_leaves_the_runs_plan_alone(served, client, jobs):
     """A page opened as the pair loaded may finish its first plan after Generate was pressed: it
