@@ -167,7 +167,16 @@ def predicted_rest_miss(x: list[int], others: list[list[int]], weight: float, op
     `apply_ratio` False: a run whose domain's ratio is not applied)."""
     ratio = miss(others, opening) / miss(others, 0, opening) if apply_ratio else 1.0
     misses, trials = opening_counts(x[:opening], drafted)
-    return ratio * (weight * miss(others, 0, prior_span) + misses) / (weight + trials)
+    return rest_rank1_miss(miss(others, 0, prior_span), misses, trials, ratio, weight)
+
+
+def rest_rank1_miss(prior_miss: float, opening_misses: float, trials: float, ratio: float, weight: float) -> float:
+    """Rank 1 of learning.rest_posterior with no rest evidence yet, as a miss rate: the prior's miss
+    worth `weight` observations pooled with the opening's misses over `trials`, times `ratio`
+    (learning.drifted: a miss mass above 1 cannot be). Ranks 2.. are not modelled: where the
+    learner's ranks sum past learning.MAX_TOTAL it scales them all down, rank 1 too. Every mimic
+    of the learning check here and in answer_drift_sampled predicts with this one formula."""
+    return min(1.0, ratio * (weight * prior_miss + opening_misses) / (weight + trials))
 
 
 def loo_rmse(rows: list[list[int]], weight: float, opening: int = 64, drafted: int | None = None,

@@ -180,20 +180,11 @@ def weights(obj: dict, draws: int) -> None:
               f"{zero.get('prior_weight_ratio_not_applied')}")
 
 
-def predicted_rest_miss(opening_misses: float, prior_miss: float, ratio: float, weight: float,
-                        trials: float = OPENING) -> float:
-    """Rank 1 of learning.rest_posterior with no rest evidence yet, as a miss rate: the prior's miss
-    worth `weight` observations pooled with the opening's misses over `trials`, times `ratio`
-    (learning.drifted: a miss mass above 1 cannot be). Ranks 2.. are not modelled: where the
-    learner's ranks sum past learning.MAX_TOTAL it scales them all down, rank 1 too."""
-    return min(1.0, ratio * (weight * prior_miss + opening_misses) / (weight + trials))
-
-
 def rest_prediction_errors(data: list[dict], domain: str, ratio: float | None, weight: float, seed: int,
                            levels: int = 5, soft: bool = False,
                            horizon: int | None = None) -> tuple[list[float], list[float]]:
     """The learning check mimicked on sampled answers, rest = positions OPENING..horizon-1: each
-    answer's rest miss rate predicted from its opening (predicted_rest_miss; every opening position
+    answer's rest miss rate predicted from its opening (dynamics.rest_rank1_miss; every opening position
     a trial, as a 16-wide star records them and as the T = 0 weights were chosen; the others' mean
     miss over their first 128 positions as the prior; `ratio` None: the others' own rest/opening
     ratio), against the rest's expected miss rate. Returns (miss errors, errors of a `levels`-level
@@ -207,7 +198,7 @@ def rest_prediction_errors(data: list[dict], domain: str, ratio: float | None, w
         others = rows[:i] + rows[i + 1:]
         r = ratio if ratio is not None else expected_miss(others, OPENING) / expected_miss(others, 0, OPENING)
         opening_misses = (sum(1 - a for a in x[:OPENING]) if soft else sum(h != 1 for h in hits[i][:OPENING]))
-        predicted = predicted_rest_miss(opening_misses, expected_miss(others, 0, 128), r, weight)
+        predicted = dynamics.rest_rank1_miss(expected_miss(others, 0, 128), opening_misses, OPENING, r, weight)
         actual = expected_miss([x], OPENING)
         misses.append(predicted - actual)
         yields.append(sum((1 - predicted) ** j for j in range(levels)) / sum((1 - actual) ** j for j in range(levels))

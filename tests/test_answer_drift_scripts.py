@@ -281,7 +281,7 @@ def test_the_drift_cut_at_eos_matches_the_committed_output(capsys):
 
 
 def test_the_mimicked_check_predicts_rank_1_as_the_learner_does():
-    """answer_drift_sampled.predicted_rest_miss is learning.rest_posterior's rank 1 (as a miss rate)
+    """acceptance_dynamics.rest_rank1_miss, which every mimic predicts with, is learning.rest_posterior's rank 1 (as a miss rate)
     for an opening of 64 trials and no rest evidence yet, with and without a ratio, and where the
     drifted miss would pass 1 (ranks 2.. low enough that the learner's cap on their sum stays off)."""
     from engine import learning
@@ -290,7 +290,7 @@ def test_the_mimicked_check_predicts_rank_1_as_the_learner_does():
     for misses, ratio, weight in ((10, 0.736, 128.0), (25, 1.0, 256.0), (3, 1.2, 32.0), (60, 3.0, 16.0)):
         opening = learning.Evidence([64.0, float(misses)], [64.0 - misses, 0.0], 64.0)
         expected = 1 - learning.rest_posterior(prior, opening, learning.Evidence(), Drift(ratio, weight))[0]
-        assert sampled.predicted_rest_miss(misses, 1 - prior[0], ratio, weight) == pytest.approx(expected)
+        assert dynamics.rest_rank1_miss(1 - prior[0], misses, 64, ratio, weight) == pytest.approx(expected)
 
 
 def test_the_learning_checks_bias_reading_matches_the_committed_output(capsys):
