@@ -29,6 +29,9 @@ FAIRNESS = (
 
 
 def _lane_html(order, lanes) -> str:
+    if not order:
+        return ('<div class="sq-lanes"><span class="sq-placeholder">Press <b>Start race</b>: each method\'s text '
+                'appears here as it is generated, with its tokens, steps and speed.</span></div>')
     rows = []
     for k, lane in enumerate(order):
         info = lanes.get(lane, {})
@@ -98,8 +101,11 @@ def build(ctx: AppContext) -> dict:
         with gr.Column(scale=3):
             lanes_html = gr.HTML(_lane_html([], {}), elem_id="sq-lanes")
         with gr.Column(scale=2):
-            chart = gr.Plot(show_label=False, elem_id="sq-race-chart")
-    table = gr.Dataframe(label="Result", interactive=False, elem_id="sq-race-table")
+            chart = gr.Plot(plots.empty_figure("Tokens over time, one line per method", height=300),
+                            show_label=False, elem_id="sq-race-chart")
+    # the columns a race fills in (an empty Dataframe would show the headers 1, 2, 3)
+    table = gr.Dataframe(value=_table([], {}, greedy=True), label="Result", interactive=False,
+                         elem_id="sq-race-table")
     verdict = gr.Markdown("", elem_id="sq-race-verdict")
     with gr.Accordion("Raw data (what the API returns)", open=False):
         race_json = gr.JSON(label="Race")

@@ -280,8 +280,8 @@ def vector_for_prompt(pair, settings: Settings, sampler: str, prompt: str | None
     if not domains.differ(*found.values()):
         return None, "", "; code and prose agree at these settings: the pooled code+prose vector"
     vec = found[kind]
-    return vec, kind, (f"; a {kind} prompt: the {kind} vector ({vec.positions} positions, {vec.source}), "
-                       "code and prose differ here")
+    # its positions and source are said by the caller's note, which describes the vector it uses
+    return vec, kind, f"; a {kind} prompt: the {kind} vector, code and prose differ here"
 
 
 def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measure: bool, allow_nearest: bool,

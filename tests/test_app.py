@@ -1,6 +1,8 @@
 """The app launched in-process on a tiny pair and driven with gradio_client, as a script would."""
 import json
+from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
@@ -192,3 +194,19 @@ def test_the_planner_tab_plans_for_the_live_prompts_kind(served, client):
         shown[prompt[:5]] = (out[-2].get("acceptance_domain"), out[-1])
     assert shown["Write"][0] == "code" and "code vector" in shown["Write"][1]
     assert shown["Tell "][0] == "prose" and "prose vector" in shown["Tell "][1]
+    # the vector's cache file is named once (the domain's reason repeated it)
+    for prompt, domain in (("Write", "code"), ("Tell ", "prose")):
+        source = profiler.cached_acceptance(pair, 0.3, 1.0, "sequoia", domain=domain).source
+        assert shown[prompt][1].count(Path(source).name) == 1, shown[prompt][1]
+
+
+def test_the_race_tab_says_what_it_will_show_before_a_race(served):
+    """Before any race the tab names the result table's columns (an empty table showed the
+    headers 1, 2, 3) and says where each method's text and the chart will appear."""
+    config = httpx.get(served["url"].rstrip("/") + "/config", timeout=30).json()
+    by_id = {c["props"].get("elem_id"): c["props"] for c in config["components"] if c.get("props")}
+    headers = by_id["sq-race-table"]["value"]["headers"]
+    assert headers[:2] == ["method", "tokens"] and "speedup vs AR" in headers
+    assert "Start race" in by_id["sq-lanes"]["value"]
+    chart = json.loads(by_id["sq-race-chart"]["value"]["plot"])
+    assert "one line per method" in chart["layout"]["annotations"][0]["text"]
