@@ -33,9 +33,16 @@ def human_bytes(n: float | None) -> str:
     return f"{int(n)} B"
 
 
+APP_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def short_path(path: str | None) -> str:
+    """A file as a reader finds it: relative to the app's folder (the shipped assets), else with
+    ~ for the home folder (the user's cache)."""
     if not path:
         return "—"
+    if path.startswith(APP_ROOT + os.sep):
+        return os.path.relpath(path, APP_ROOT)
     home = os.path.expanduser("~")
     return path.replace(home, "~", 1) if path.startswith(home) else path
 

@@ -286,3 +286,14 @@ def test_the_live_prediction_uses_an_unmeasured_vector_and_says_which():
     vec.source = "m0.7"
     vec.temperature = 0.7   # the nearest measured one stands in
     assert run.predicted()[1] == "by the nearest vector (measured at T=0.7)"
+
+
+def test_paths_are_shown_as_a_reader_finds_them():
+    """Shipped assets relative to the app's folder, the user's cache with ~, others as they are."""
+    import os
+    shipped = os.path.join(render.APP_ROOT, "assets", "measured", "acceptance", "57a4.json")
+    assert render.short_path(shipped) == os.path.join("assets", "measured", "acceptance", "57a4.json")
+    cached = os.path.join(os.path.expanduser("~"), ".cache", "sequoia-live", "profiles", "32a0.json")
+    assert render.short_path(cached) == os.path.join("~", ".cache", "sequoia-live", "profiles", "32a0.json")
+    assert render.short_path("/elsewhere/x.json") == "/elsewhere/x.json" and render.short_path(None) == "—"
+    assert os.path.isdir(os.path.join(render.APP_ROOT, "assets", "measured"))
