@@ -387,6 +387,8 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
     key = learning_key(pair, settings, domain=domain)
     base = list(base.probabilities) if base is not None else None
     digest = prompt_memory.digest(prompt_ids) if prompt_ids is not None and memory is None else None
+    # read when the run starts, not taken from its plan: a CLI --num-samples run's later samples
+    # count the memory its earlier ones stored (build_plan read it too, for the first tree)
     if digest is not None:   # runs at these settings, else runs at the nearest others, rescaled
         try:
             memory = (prompt_memory.recall(key, digest)
