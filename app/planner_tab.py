@@ -149,7 +149,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                                          "interpolated" if interpolation.is_interpolated(
                                                              result.base_acceptance) else "nearest"),
                                                      title=f"Acceptance at T={T:g}, top-p={top_p:g} (NOT measured)")
-            out[acc_caption] = result.acceptance_note
+            out[acc_caption] = render.short_paths_in(result.acceptance_note)
             if worker.refiner is not None and interpolation.is_interpolated(result.measured_acceptance):
                 out[acc_caption] += (" · being measured for real in the background while the engine is idle "
                                      "(any run goes first); plans use it once done")
@@ -158,7 +158,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[acc_chart] = plots.acceptance_figure(plan_vec.probabilities, ci=plan_vec.ci95, height=280,
                                                      title=f"Acceptance vector at T={T:g}, top-p={top_p:g}: "
                                                            f"{plan_vec.domain} prompts (the Live prompt's kind)")
-            out[acc_caption] = f"{result.acceptance_note} · bars: ±95 % interval"
+            out[acc_caption] = f"{render.short_paths_in(result.acceptance_note)} · bars: ±95 % interval"
         if result is not None and plan_vec is not None:
             out[acc_caption] = (out.get(acc_caption, "") + f" · **the current plan is backed by "
                                 f"{result.backing_positions} positions** ({render.backing_detail(result)})")

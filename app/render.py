@@ -47,6 +47,12 @@ def short_path(path: str | None) -> str:
     return path.replace(home, "~", 1) if path.startswith(home) else path
 
 
+def short_paths_in(text: str) -> str:
+    """An engine note with the paths it names shortened as short_path does (the CLI prints them
+    whole)."""
+    return text.replace(APP_ROOT + os.sep, "").replace(os.path.expanduser("~") + os.sep, "~" + os.sep)
+
+
 # ---------------------------------------------------------------- generated text
 def bonus_part(ev) -> str:
     """The text of this step's bonus token when it is really part of the step's new text."""
@@ -171,13 +177,14 @@ def plan_line(result, running: bool = False) -> str:
         vec = result.measured_acceptance
         cls = "sq-warn" if not result.exact else "sq-note"
         # after "; ": which prompt domain's vector stands, and why (engine/domains.py)
-        said = [part for part in result.acceptance_note.split("; ") if not part.startswith("pooled with")]
+        said = [part for part in short_paths_in(result.acceptance_note).split("; ")
+                if not part.startswith("pooled with")]
         why = "; ".join(said[1:])
         note = (f'<div class="{cls}">acceptance: {esc("; ".join(said) if not result.exact else "")}'
                 f'{"" if not result.exact else f"measured at T={vec.temperature:g}, top-p={vec.top_p:g} over {vec.positions} positions · {esc(short_path(vec.source))}"}'
                 f'{f" · {esc(why)}" if why and result.exact else ""}</div>')
     elif result.acceptance_note:
-        note = f'<div class="sq-note">{esc(result.acceptance_note)}</div>'
+        note = f'<div class="sq-note">{esc(short_paths_in(result.acceptance_note))}</div>'
     learned = getattr(result, "learned", None)
     if learned is not None and result.acceptance is not None:
         note += (f'<div class="sq-note">plan backed by {result.backing_positions} positions '

@@ -297,3 +297,6 @@ def test_paths_are_shown_as_a_reader_finds_them():
     assert render.short_path(cached) == os.path.join("~", ".cache", "sequoia-live", "profiles", "32a0.json")
     assert render.short_path("/elsewhere/x.json") == "/elsewhere/x.json" and render.short_path(None) == "—"
     assert os.path.isdir(os.path.join(render.APP_ROOT, "assets", "measured"))
+    note = f"measured over 1531 positions, cache file {shipped}; nearest ({cached})"
+    assert render.short_paths_in(note) == (f"measured over 1531 positions, cache file "
+                                           f"{render.short_path(shipped)}; nearest ({render.short_path(cached)})")
