@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import html
 import os
+import re
+from pathlib import Path
 
 from app.plots import PLANNED, STATUS_COLORS, plural
 from engine import prompt_memory
@@ -33,7 +35,12 @@ def human_bytes(n: float | None) -> str:
     return f"{int(n)} B"
 
 
-APP_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+APP_ROOT = str(Path(__file__).resolve().parents[1])   # resolved, as the engine names its assets
+
+
+def _home() -> str | None:
+    """The home folder to show as ~; None where it is the root (every path would match)."""
+    return os.path.expanduser("~").rstrip(os.sep) or None
 
 
 def short_path(path: str | None) -> str:
@@ -41,16 +48,17 @@ def short_path(path: str | None) -> str:
     ~ for the home folder (the user's cache)."""
     if not path:
         return "—"
-    if path.startswith(APP_ROOT + os.sep):
-        return os.path.relpath(path, APP_ROOT)
-    home = os.path.expanduser("~")
-    return path.replace(home, "~", 1) if path.startswith(home) else path
+    return short_paths_in(path)
 
 
 def short_paths_in(text: str) -> str:
-    """An engine note with the paths it names shortened as short_path does (the CLI prints them
-    whole)."""
-    return text.replace(APP_ROOT + os.sep, "").replace(os.path.expanduser("~") + os.sep, "~" + os.sep)
+    """`text` with every path it names that starts in the app's folder made relative to it, and
+    one that starts in the home folder written with ~ (an engine note; the CLI prints them whole)."""
+    text = re.sub(r"(?<![\w./~-])" + re.escape(APP_ROOT + os.sep), "", text)
+    home = _home()
+    if home is not None:
+        text = re.sub(r"(?<![\w./~-])" + re.escape(home + os.sep), lambda _: "~" + os.sep, text)
+    return text
 
 
 # ---------------------------------------------------------------- generated text

@@ -127,7 +127,7 @@ def analyse(data: list[dict]) -> None:
                 head, rest = x[:64], x[64:]
                 if len(rest) < 20:
                     continue
-                post = (w * p1 + sum(r == 1 for r in head)) / (w + len(head))
+                post = 1 - rest_rank1_miss(1 - p1, sum(r != 1 for r in head), len(head), 1.0, w)   # no drift
                 errs.append(sum(post ** j for j in range(5)) / chain_yield(rest, 4) - 1)
             within = sum(abs(e) <= 0.10 for e in errs)
             print(f"  learning check mimicked, w={w}: " + " ".join(f"{e:+.0%}" for e in errs)

@@ -395,7 +395,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             own, domain, why = vector_for_prompt(pair, settings, "sequoia", prompt.text)
             acceptance_info[_tkey(temperature)].setdefault("per_prompt", {})[str(i)] = {
                 "domain": domain or "pooled", "note": why.lstrip("; ") or "pooled vector (no code/prose vectors)",
-                "positions": (own or vec).positions}
+                "positions": (own or vec).positions, "source": (own or vec).source}
             # every lane of the prompt is planned and predicted from the step costs of the warm-up
             # and the earlier prompts' runs (the app plans a request from what it observed before
             # it), then all lanes run interleaved step by step (run_together)

@@ -280,7 +280,8 @@ def vector_for_prompt(pair, settings: Settings, sampler: str, prompt: str | None
     if not domains.differ(*found.values()):
         return None, "", "; code and prose agree at these settings: the pooled code+prose vector"
     vec = found[kind]
-    # its positions and source are said by the caller's note, which describes the vector it uses
+    # its positions and source are not repeated: the plan's note names the vector it uses (the
+    # bench's per-prompt rows store them beside this note)
     return vec, kind, f"; a {kind} prompt: the {kind} vector, code and prose differ here"
 
 
@@ -367,6 +368,8 @@ def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | N
     observed (engine/prompt_memory.py); `memory` given instead is used as is, and nothing is kept."""
     if not result.method.uses_draft or not learns_from(result.method, settings):
         return None
+    # the prompt's memory is read again here rather than taken from the plan: a CLI --num-samples
+    # run's later samples count what its earlier ones stored (build_plan read it for the first tree)
     learner = _learner(pair, result.acceptance, result.base_acceptance, result.domain, settings, opening,
                        prompt_ids, memory)
     if result.planning_probabilities is not None:   # what the run's first tree was planned from
@@ -387,8 +390,6 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
     key = learning_key(pair, settings, domain=domain)
     base = list(base.probabilities) if base is not None else None
     digest = prompt_memory.digest(prompt_ids) if prompt_ids is not None and memory is None else None
-    # read when the run starts, not taken from its plan: a CLI --num-samples run's later samples
-    # count the memory its earlier ones stored (build_plan read it too, for the first tree)
     if digest is not None:   # runs at these settings, else runs at the nearest others, rescaled
         try:
             memory = (prompt_memory.recall(key, digest)

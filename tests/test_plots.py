@@ -288,15 +288,19 @@ def test_the_live_prediction_uses_an_unmeasured_vector_and_says_which():
     assert run.predicted()[1] == "by the nearest vector (measured at T=0.7)"
 
 
-def test_paths_are_shown_as_a_reader_finds_them():
-    """Shipped assets relative to the app's folder, the user's cache with ~, others as they are."""
+def test_paths_are_shown_as_a_reader_finds_them(monkeypatch):
+    """Shipped assets (as the engine names them) relative to the app's folder, the user's cache
+    with ~, others as they are; only where a path starts, and no ~ for a home that is the root."""
     import os
-    shipped = os.path.join(render.APP_ROOT, "assets", "measured", "acceptance", "57a4.json")
+    from engine import profiler
+    shipped = str(profiler.SHIPPED / "acceptance" / "57a4.json")
     assert render.short_path(shipped) == os.path.join("assets", "measured", "acceptance", "57a4.json")
-    cached = os.path.join(os.path.expanduser("~"), ".cache", "sequoia-live", "profiles", "32a0.json")
-    assert render.short_path(cached) == os.path.join("~", ".cache", "sequoia-live", "profiles", "32a0.json")
+    monkeypatch.setenv("HOME", "/home/u")
+    assert render.short_path("/home/u/.cache/sequoia-live/p.json") == "~/.cache/sequoia-live/p.json"
+    assert render.short_path("/home/u2/p.json") == "/home/u2/p.json"   # another user's folder
     assert render.short_path("/elsewhere/x.json") == "/elsewhere/x.json" and render.short_path(None) == "—"
-    assert os.path.isdir(os.path.join(render.APP_ROOT, "assets", "measured"))
-    note = f"measured over 1531 positions, cache file {shipped}; nearest ({cached})"
-    assert render.short_paths_in(note) == (f"measured over 1531 positions, cache file "
-                                           f"{render.short_path(shipped)}; nearest ({render.short_path(cached)})")
+    note = f"measured over 1531 positions, cache file {shipped}; nearest (/home/u/c.json) · /srv/home/u/d.json"
+    assert render.short_paths_in(note) == (f"measured over 1531 positions, cache file {render.short_path(shipped)}; "
+                                           "nearest (~/c.json) · /srv/home/u/d.json")
+    monkeypatch.setenv("HOME", "/")
+    assert render.short_paths_in("see https://x.org and /etc/x.json") == "see https://x.org and /etc/x.json"

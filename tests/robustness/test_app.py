@@ -375,6 +375,41 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading():
         ctx.worker.close()
 
 
+@pytest.mark.timeout(180)
+def test_a_plan_for_a_newly_loaded_pair_outlived_by_a_run_leaves_the_runs_plan_alone(monkeypatch):
+    """The header timer plans for a pair that finished loading after the page opened; a run
+    started and ended meanwhile must keep its plan on the page (the timer wrote "No plan yet."
+    and an empty plan over it)."""
+    draft, target = tiny_pair_dirs("llama")
+    demo, ctx, url = launch(draft, target, load=False)
+    try:
+        page = Client(url, verbose=False)
+        plan_args = ("sequoia", 7, 4, False, 0, 1)
+        page.predict(*plan_args, api_name="/first_plan")  # the page opens: no pair yet
+        ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+        sess = ctx.sessions._items[page.session_hash]
+        original, asked, starts, outlived = ctx.worker.quick_plan, threading.Event(), sess.starts, []
+
+        def slow(*args, **kwargs):   # the timer's plan, finished only once a whole run went by
+            asked.set()
+            outlived.append(wait_for(lambda: sess.starts > starts and sess.job is not None and sess.job.done, 90))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(ctx.worker, "quick_plan", slow)
+        timer = page.submit(*plan_args, api_name="/status")
+        assert asked.wait(30)
+        monkeypatch.setattr(ctx.worker, "quick_plan", original)
+        page.predict(*gen_args(method="sequoia", max_new_tokens=8), api_name="/generate")
+        assert sess.plan is not None and sess.plan.spec.budget == 8
+        _header, plan_line, *_ = timer.result(timeout=90)
+        assert outlived == [True]   # the plan was asked for before the run and ended after it
+        assert "No plan yet" not in str(plan_line or ""), plan_line
+        assert sess.plan.spec.budget == 8
+    finally:
+        demo.close()
+        ctx.worker.close()
+
+
 # ================================================================== safety
 def _app_main():
     spec = importlib.util.spec_from_file_location("sequoia_app_main", ROOT / "app.py")
@@ -482,11 +517,11 @@ def test_a_page_load_plan_outlived_by_a_whole_run_leaves_the_runs_plan_alone(ser
     client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
     worker = served["ctx"].worker
     sess = served["ctx"].sessions._items[client.session_hash]
-    original, asked, starts = worker.quick_plan, threading.Event(), sess.starts
+    original, asked, starts, outlived = worker.quick_plan, threading.Event(), sess.starts, []
 
     def slow(*args, **kwargs):   # the page's plan, finished only once a whole run went by
         asked.set()
-        wait_for(lambda: sess.starts > starts and sess.job is not None and sess.job.done, 60)
+        outlived.append(wait_for(lambda: sess.starts > starts and sess.job is not None and sess.job.done, 60))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(worker, "quick_plan", slow)
@@ -496,6 +531,7 @@ def test_a_page_load_plan_outlived_by_a_whole_run_leaves_the_runs_plan_alone(ser
     client.predict(*gen_args(method="sequoia", max_new_tokens=8), api_name="/generate")
     assert sess.plan is not None and sess.plan.spec.budget == 8
     out = page.result(timeout=60)
+    assert outlived == [True]   # the plan was asked for before the run and ended after it
     assert sess.plan.spec.budget == 8, "the page's late plan replaced the run's"
     assert "Plan:" not in str(out[0] or ""), out[0]
 
