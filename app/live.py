@@ -147,8 +147,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         with gr.Column(scale=1, min_width=300, elem_classes="sq-controls"):
             prompt = gr.Textbox(label="Prompt", lines=4, max_lines=12, value=prompts[0]["prompt"] if prompts else "",
                                 elem_id="sq-prompt")
-            example = gr.Dropdown(choices=[p["title"] for p in prompts], value=None, label="Example prompts",
-                                  elem_id="sq-example")
+            example = gr.Dropdown(choices=[p["title"] for p in prompts], value=prompts[0]["title"] if prompts else None,
+                                  label="Example prompts", elem_id="sq-example")
             method = gr.Dropdown(METHOD_CHOICES, value="sequoia", label="Method", elem_id="sq-method")
             hardware = gr.Checkbox(value=True, label="Hardware-aware (planner picks n ≤ budget, d ≤ depth from "
                                                       "the device profile)", elem_id="sq-hw")
@@ -404,7 +404,10 @@ def build(ctx: AppContext, header: dict) -> dict:
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)
-    example.change(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT)
+    # .select fires on every pick, the shown one too (it restores an edited prompt); the plan follows
+    # the example's kind and memory, as when the prompt box is left (a pick never blurs the box)
+    example.select(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT).then(
+        replan_when_idle, plan_inputs, plan_outputs, show_progress="hidden", trigger_mode="always_last", **LIGHT)
 
     def set_learn(learn_v, request: gr.Request):
         """The switch also decides whether slider re-plans use the learned vector."""

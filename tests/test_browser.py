@@ -8,17 +8,23 @@ import pytest
 
 from tests.app_server import launch
 from tests.chromium import DONE_OR_ERROR, browsers, needs_chromium, page_errors
+from tests.robustness.served import wait_for
 from tests.tiny import tiny_pair_dirs
 
 pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
-def url():
+def served():
     demo, ctx, url = launch(*tiny_pair_dirs("llama"))
-    yield url
+    yield url, ctx
     demo.close()
     ctx.worker.close()
+
+
+@pytest.fixture()
+def url(served):
+    return served[0]
 
 
 @pytest.fixture()
@@ -48,3 +54,29 @@ def test_live_generation_draws_the_tree(url, page, tmp_path):
     keep = os.environ.get("SEQUOIA_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+
+
+def test_picking_an_example_re_plans_for_it(served, page, monkeypatch):
+    """Picking an example puts its prompt in the box and re-plans for it (its kind's vector, its
+    memory): a pick never blurs the prompt box, so the plan used to stay the old prompt's. The
+    dropdown names the example shown, and picking it again restores an edited prompt."""
+    url, ctx = served
+    asked = []
+    original = ctx.worker.quick_plan
+    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(k.get("prompt")) or original(*a, **k))
+    first, other = ctx.prompts[0], ctx.prompts[-1]
+    page.goto(url)
+    page.wait_for_selector("#sq-generate")
+    assert page.locator("#sq-example input").input_value() == first["title"]
+
+    def pick(title):
+        page.locator("#sq-example input").click()
+        page.get_by_role("option", name=title).click()
+
+    pick(other["title"])
+    page.wait_for_function(f"document.querySelector('#sq-prompt textarea').value === {other['prompt']!r}")
+    assert wait_for(lambda: other["prompt"] in asked, 20), asked
+    page.locator("#sq-prompt textarea").fill("an edited prompt")
+    pick(other["title"])   # the one shown
+    page.wait_for_function(f"document.querySelector('#sq-prompt textarea').value === {other['prompt']!r}")
+    assert not page_errors(page), page_errors(page)
