@@ -413,7 +413,9 @@ def build(ctx: AppContext, header: dict) -> dict:
         """The switch also decides whether slider re-plans use the learned vector."""
         ctx.sessions.get(request).learn = learn_v is not False
 
-    learn.change(set_learn, learn, None, api_name="set_learn", show_progress="hidden", **LIGHT)
+    # the shown plan follows the switch: with learning off it is planned without the learned evidence
+    learn.change(set_learn, learn, None, api_name="set_learn", show_progress="hidden", **LIGHT).then(
+        replan_when_idle, plan_inputs, plan_outputs, show_progress="hidden", trigger_mode="always_last", **LIGHT)
 
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
             "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new": max_new, "seed": seed, "tree": tree,

@@ -80,3 +80,21 @@ def test_picking_an_example_re_plans_for_it(served, page, monkeypatch):
     pick(other["title"])   # the one shown
     page.wait_for_function(f"document.querySelector('#sq-prompt textarea').value === {other['prompt']!r}")
     assert not page_errors(page), page_errors(page)
+
+
+def test_the_learning_switch_re_plans_the_shown_plan(served, page, monkeypatch):
+    """Switching learning off (or on) re-plans the shown plan with (or without) the learned
+    evidence, as a slider move would; it used to leave the plan of the other setting on screen."""
+    url, ctx = served
+    asked = []
+    original = ctx.worker.quick_plan
+    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(k.get("learn")) or original(*a, **k))
+    page.goto(url)
+    page.wait_for_selector("#sq-generate")
+    page.wait_for_timeout(1000)   # the page's own first plan (learning on)
+    asked.clear()
+    page.locator("#sq-learn input").click()
+    assert wait_for(lambda: False in asked, 20), asked
+    page.locator("#sq-learn input").click()
+    assert wait_for(lambda: True in asked, 20), asked
+    assert not page_errors(page), page_errors(page)
