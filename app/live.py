@@ -420,7 +420,9 @@ def build(ctx: AppContext, header: dict) -> dict:
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
             "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new": max_new, "seed": seed, "tree": tree,
             "learn": learn,
-            "status": status, "plan_json": plan_json, "plan_md": plan_md, "first_plan": (first_plan, plan_inputs, plan_outputs)}
+            "status": status, "plan_json": plan_json, "plan_md": plan_md, "first_plan": (first_plan, plan_inputs, plan_outputs),
+            # what another tab calls after setting these controls (a value set by code fires no release)
+            "replan_when_idle": (replan_when_idle, plan_inputs, plan_outputs)}
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

@@ -98,3 +98,25 @@ def test_the_learning_switch_re_plans_the_shown_plan(served, page, monkeypatch):
     page.locator("#sq-learn input").click()
     assert wait_for(lambda: True in asked, 20), asked
     assert not page_errors(page), page_errors(page)
+
+
+def test_taking_the_recommended_sampling_re_plans_the_live_plan(served, page, monkeypatch):
+    """The Models tab's button sets the Live tab's temperature, top-k and top-p; the Live plan
+    follows them (values set by code fire no slider release, so it kept the old settings' plan)."""
+    from app.models_tab import recommended_values
+    url, ctx = served
+    want = recommended_values(ctx.worker.describe().get("generation_defaults"))[0]
+    asked = []
+    original = ctx.worker.quick_plan
+    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(a[1].temperature) or original(*a, **k))
+    page.goto(url)
+    page.wait_for_selector("#sq-generate")
+    box = page.locator("#sq-temperature input[type=number]")
+    box.fill("1.3")
+    box.press("Tab")   # a typed value re-plans when the box is left
+    assert wait_for(lambda: 1.3 in asked, 20), asked
+    asked.clear()
+    page.get_by_role("tab", name="Models").click()
+    page.click("#sq-use-recommended")
+    assert wait_for(lambda: want in asked, 20), (want, asked)
+    assert not page_errors(page), page_errors(page)
