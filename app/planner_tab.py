@@ -269,8 +269,11 @@ def build(ctx: AppContext, live: dict) -> dict:
         return "■ stopping…" if ctx.sessions.get(request).stop_all() else "Nothing is running."
 
     stop.click(stop_measuring, None, acc_caption, api_name="stop_measuring", show_progress="hidden", **LIGHT)
-    upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json], api_name="import_tree",
-                  show_progress="hidden", **LIGHT)
+    imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
+                             api_name="import_tree", show_progress="hidden", **LIGHT)
+    if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
+        fn, inputs, plan_outputs = live["replan_when_idle"]
+        imported.then(fn, inputs, plan_outputs, show_progress="hidden", **LIGHT)
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 

@@ -120,3 +120,26 @@ def test_taking_the_recommended_sampling_re_plans_the_live_plan(served, page, mo
     page.click("#sq-use-recommended")
     assert wait_for(lambda: want in asked, 20), (want, asked)
     assert not page_errors(page), page_errors(page)
+
+
+def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatch, tmp_path):
+    """The first import switches the Live method to the imported tree (a change event re-plans);
+    a second one leaves the method as it was, and the Live plan kept showing the first tree."""
+    url, ctx = served
+    asked = []
+    original = ctx.worker.quick_plan
+    monkeypatch.setattr(ctx.worker, "quick_plan",
+                        lambda *a, **k: asked.append(a[0].tree.size if a[0].kind == "tree" else None)
+                        or original(*a, **k))
+    small, large = tmp_path / "small.json", tmp_path / "large.json"
+    small.write_text('{"parents": [-1, 0, 0]}')
+    large.write_text('{"parents": [-1, 0, 1, 2, 3]}')
+    page.goto(url)
+    page.wait_for_selector("#sq-generate")
+    page.get_by_role("tab", name="Planner").click()
+    page.locator("#sq-import input[type=file]").set_input_files(str(small))
+    assert wait_for(lambda: 3 in asked, 20), asked
+    page.locator("#sq-import button[aria-label='Clear']").first.click()
+    page.locator("#sq-import input[type=file]").set_input_files(str(large))
+    assert wait_for(lambda: 5 in asked, 20), asked
+    assert not page_errors(page), page_errors(page)
