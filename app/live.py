@@ -201,7 +201,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         Generate, with the page's values of that moment, says nothing once it ends (Generate read
         the values the run uses; the run shows its own plan)."""
         sess = ctx.sessions.get(request)
-        starts_before = sess.starts
+        starts_before, ticket = sess.starts, sess.ask_plan()
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
@@ -228,8 +228,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         except (UserError, TreeError) as exc:
             yield {status: f"! {exc}"}
             raise gr.Error(str(exc)) from None
-        if sess.started_since(starts_before):
-            yield {status: gr.skip()}
+        if sess.started_since(starts_before) or sess.newer_plan_asked(ticket):
+            yield {status: gr.skip()}   # a run started since, or a newer plan was asked for
             return
         sess.plan = result
         sess.publish(spec.kind, result)  # a PlanResult: the running job's learning re-plans its spec
@@ -251,7 +251,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                          request: gr.Request = None):
         """The prompt or max new tokens was edited: the shown plan follows, but a running job keeps
         the plan of the prompt it is answering (it is not re-planned for the next run's text)."""
-        if ctx.sessions.get(request).running:
+        if ctx.sessions.get(request).running or ctx.worker.pair is None:
+            # nothing to plan for yet (the header plans once the pair is ready), or a run holds its own
             yield {status: gr.skip()}   # (an empty dict is not an update: gradio counts it as one value)
             return
         yield from replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
@@ -262,14 +263,14 @@ def build(ctx: AppContext, header: dict) -> dict:
         once a run has started (Generate pressed while it planned): the run shows its own plan, and
         a late page-load plan must not replace it (it did, on a page opened as the pair loaded)."""
         sess = ctx.sessions.get(request)
-        starts_before = sess.starts
+        starts_before, ticket = sess.starts, sess.ask_plan()
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
         except (UserError, TreeError) as exc:
-            if sess.running or sess.started_since(starts_before):
+            if sess.running or sess.started_since(starts_before) or sess.newer_plan_asked(ticket):
                 return {}
             if isinstance(exc, NeedsMeasurement):
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
@@ -281,7 +282,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             else:
                 msg = str(exc)
             return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
-        if sess.running or sess.started_since(starts_before):
+        if sess.running or sess.started_since(starts_before) or sess.newer_plan_asked(ticket):
             return {}
         sess.plan = result
         vec = result.planning_probabilities
@@ -300,10 +301,15 @@ def build(ctx: AppContext, header: dict) -> dict:
                 raise UserError("a run is already going in this tab: press Stop first")
             sess.learn = learn_v is not False
             sess.starts += 1   # before the job exists: a re-plan asked for before now must not reach it
-            job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind), learn=sess.learn)
+            sess.submitting = True   # and the session counts as running from here
+            try:
+                job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind),
+                                          learn=sess.learn)
+                sess.job = job
+            finally:
+                sess.submitting = False
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
-        sess.job = job
         run = Run(settings)
         sess.events = run.events
         sess.run_info = {"run": run, "kind": spec.kind}
@@ -406,16 +412,18 @@ def build(ctx: AppContext, header: dict) -> dict:
                  trigger_mode="always_last", **LIGHT)
     # .select fires on every pick, the shown one too (it restores an edited prompt); the plan follows
     # the example's kind and memory, as when the prompt box is left (a pick never blurs the box)
-    example.select(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT).then(
-        replan_when_idle, plan_inputs, plan_outputs, show_progress="hidden", trigger_mode="always_last", **LIGHT)
+    example.select(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT).success(
+        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_example", show_progress="hidden",
+        trigger_mode="always_last", **LIGHT)
 
     def set_learn(learn_v, request: gr.Request):
         """The switch also decides whether slider re-plans use the learned vector."""
         ctx.sessions.get(request).learn = learn_v is not False
 
     # the shown plan follows the switch: with learning off it is planned without the learned evidence
-    learn.change(set_learn, learn, None, api_name="set_learn", show_progress="hidden", **LIGHT).then(
-        replan_when_idle, plan_inputs, plan_outputs, show_progress="hidden", trigger_mode="always_last", **LIGHT)
+    learn.change(set_learn, learn, None, api_name="set_learn", show_progress="hidden", **LIGHT).success(
+        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_learn", show_progress="hidden",
+        trigger_mode="always_last", **LIGHT)
 
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
             "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new": max_new, "seed": seed, "tree": tree,

@@ -357,7 +357,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     for parts in sampling_controls or []:   # the Live plan follows its new sampling settings
         if "replan_when_idle" in parts:
             fn, inputs, outputs = parts["replan_when_idle"]
-            took_recommended.then(fn, inputs, outputs, show_progress="hidden", **LIGHT)
+            took_recommended.success(fn, inputs, outputs, api_name="plan_on_recommended_sampling",
+                                     show_progress="hidden", **LIGHT)
 
     load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels, draft_weights]
     # the pair's dict stays the last output (scripts read loaded[-1])

@@ -273,7 +273,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
         fn, inputs, plan_outputs = live["replan_when_idle"]
-        imported.then(fn, inputs, plan_outputs, show_progress="hidden", **LIGHT)
+        imported.success(fn, inputs, plan_outputs, api_name="plan_on_import", show_progress="hidden", **LIGHT)
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 

@@ -45,12 +45,25 @@ class Session:
     imported_name: str = ""
     plan: Any = None                      # last PlanResult shown
     starts: int = 0                       # Live runs started (counted before the job is submitted)
+    submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
+    plan_asks: int = 0                    # plans asked for by this page (the shown one is the newest's)
     touched: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def running(self) -> bool:
-        return self.job is not None and not self.job.done
+        return self.submitting or (self.job is not None and not self.job.done)
+
+    def ask_plan(self) -> int:
+        """A ticket for one plan asked for by the page; see newer_plan_asked."""
+        with self.lock:
+            self.plan_asks += 1
+            return self.plan_asks
+
+    def newer_plan_asked(self, ticket: int) -> bool:
+        """Whether a plan was asked for after the one holding `ticket`: plans of one page run side
+        by side, and the one shown must be the newest asked for, not the last to finish."""
+        return self.plan_asks != ticket
 
     def started_since(self, starts: int) -> bool:
         """Whether a Live run started after `starts` was read from self.starts (counted before its

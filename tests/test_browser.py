@@ -91,7 +91,9 @@ def test_the_learning_switch_re_plans_the_shown_plan(served, page, monkeypatch):
     monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(k.get("learn")) or original(*a, **k))
     page.goto(url)
     page.wait_for_selector("#sq-generate")
-    page.wait_for_timeout(1000)   # the page's own first plan (learning on)
+    # the page's own first plan (learning on) has been made and marked, so the header timer does not plan again
+    assert wait_for(lambda: asked and all(getattr(s, "plan_pair", None) for s in list(ctx.sessions._items.values())),
+                    20), asked
     asked.clear()
     page.locator("#sq-learn input").click()
     assert wait_for(lambda: False in asked, 20), asked

@@ -364,6 +364,8 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading():
         plan_args = ("ar", 8, 4, False, 0, 1)
         first = page.predict(*plan_args, api_name="/first_plan")  # the page opens: no pair yet
         assert "still loading" in first[2] and "No pair loaded" in first[5]
+        # an example picked (or the prompt box left) meanwhile raises nothing and keeps that message
+        page.predict(*plan_args, 0, "Tell me a story", 64, api_name="/plan_on_prompt")
         ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
         header, plan_line, _tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
         assert "Plan:" in plan_line and "autoregressive" in plan_line, plan_line
@@ -507,6 +509,31 @@ def test_command_line_placement_reaches_the_load_and_the_page(tmp_path):
             models_tab.offload_folder(str(tmp_path / "elsewhere"), trusted=str(outside))
     finally:
         ctx.worker.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_plan_shown_is_the_newest_asked_for_not_the_last_to_finish(served, client, monkeypatch):
+    """Plans of one page run side by side (leaving the prompt box, then picking an example); a slow
+    older one must not replace a newer one's plan when it finishes after it."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
+    worker = served["ctx"].worker
+    original, newer_done, asked = worker.quick_plan, threading.Event(), threading.Event()
+
+    def slow_for_budget_7(spec, *args, **kwargs):
+        if spec.budget == 7:
+            asked.set()
+            newer_done.wait(60)
+        return original(spec, *args, **kwargs)
+
+    monkeypatch.setattr(worker, "quick_plan", slow_for_budget_7)
+    older = client.submit("sequoia", 7, 4, False, 0, 1, 0, "def f(x):", 64, api_name="/plan")
+    assert asked.wait(30)
+    client.predict("sequoia", 6, 4, False, 0, 1, 0, "def f(x):", 64, api_name="/plan")
+    sess = served["ctx"].sessions._items[client.session_hash]
+    assert sess.plan.spec.budget == 6
+    newer_done.set()
+    older.result(timeout=60)
+    assert sess.plan.spec.budget == 6, "an older plan that finished last replaced the newer one"
 
 
 @pytest.mark.timeout(120)
