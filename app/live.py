@@ -201,7 +201,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         Generate, with the page's values of that moment, says nothing once it ends (Generate read
         the values the run uses; the run shows its own plan)."""
         sess = ctx.sessions.get(request)
-        starts_before, ticket = sess.starts, sess.ask_plan()
+        ticket = sess.ask_plan()
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
@@ -228,8 +228,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         except (UserError, TreeError) as exc:
             yield {status: f"! {exc}"}
             raise gr.Error(str(exc)) from None
-        if sess.started_since(starts_before) or sess.newer_plan_asked(ticket):
-            yield {status: gr.skip()}   # a run started since, or a newer plan was asked for
+        if sess.newer_plan_asked(ticket):
+            yield {status: gr.skip()}   # a newer plan, or a run, was asked for since
             return
         sess.plan = result
         sess.publish(spec.kind, result)  # a PlanResult: the running job's learning re-plans its spec
@@ -263,14 +263,14 @@ def build(ctx: AppContext, header: dict) -> dict:
         once a run has started (Generate pressed while it planned): the run shows its own plan, and
         a late page-load plan must not replace it (it did, on a page opened as the pair loaded)."""
         sess = ctx.sessions.get(request)
-        starts_before, ticket = sess.starts, sess.ask_plan()
+        ticket = sess.ask_plan()
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
         except (UserError, TreeError) as exc:
-            if sess.running or sess.started_since(starts_before) or sess.newer_plan_asked(ticket):
+            if sess.running or sess.newer_plan_asked(ticket):
                 return {}
             if isinstance(exc, NeedsMeasurement):
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
@@ -282,7 +282,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             else:
                 msg = str(exc)
             return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
-        if sess.running or sess.started_since(starts_before) or sess.newer_plan_asked(ticket):
+        if sess.running or sess.newer_plan_asked(ticket):
             return {}
         sess.plan = result
         vec = result.planning_probabilities
@@ -300,7 +300,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             if sess.running:
                 raise UserError("a run is already going in this tab: press Stop first")
             sess.learn = learn_v is not False
-            sess.starts += 1   # before the job exists: a re-plan asked for before now must not reach it
+            sess.ask_plan()   # before the job exists: a re-plan asked for before now must not reach it
             sess.submitting = True   # and the session counts as running from here
             try:
                 job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind),

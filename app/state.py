@@ -44,9 +44,8 @@ class Session:
     imported: Tree | None = None
     imported_name: str = ""
     plan: Any = None                      # last PlanResult shown
-    starts: int = 0                       # Live runs started (counted before the job is submitted)
     submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
-    plan_asks: int = 0                    # plans asked for by this page (the shown one is the newest's)
+    plan_asks: int = 0                    # plans asked for by this page, Generate's included
     touched: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -55,21 +54,17 @@ class Session:
         return self.submitting or (self.job is not None and not self.job.done)
 
     def ask_plan(self) -> int:
-        """A ticket for one plan asked for by the page; see newer_plan_asked."""
+        """A ticket for one plan asked for by the page; see newer_plan_asked. Generate takes one
+        before its job exists: the run plans with the values it was given, so a plan asked for
+        before it, with the page's values of that moment, must not replace the plan the run shows."""
         with self.lock:
             self.plan_asks += 1
             return self.plan_asks
 
     def newer_plan_asked(self, ticket: int) -> bool:
-        """Whether a plan was asked for after the one holding `ticket`: plans of one page run side
-        by side, and the one shown must be the newest asked for, not the last to finish."""
+        """Whether a plan (or a run) was asked for after the one holding `ticket`: plans of one
+        page run side by side, and the one shown must be the newest asked for, not the last to finish."""
         return self.plan_asks != ticket
-
-    def started_since(self, starts: int) -> bool:
-        """Whether a Live run started after `starts` was read from self.starts (counted before its
-        job exists, so this holds from the moment Generate is handled): a plan asked for before
-        it, with the page's values of that moment, must not replace the plan the run shows."""
-        return self.starts != starts
 
     def stop_all(self) -> bool:
         """Stop this session's run and measurement; True if something was running or queued."""

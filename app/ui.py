@@ -72,15 +72,15 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             out.update(pair_now())
             if sess.running:  # plan once the run is over (the run shows its own plan meanwhile)
                 return out
-            had_run, starts = bool(sess.events), sess.starts
+            had_run = bool(sess.events)
             try:
                 planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
                 log.exception("planning for the newly loaded pair failed")
                 sess.plan_pair = weakref.ref(pair)
                 return out
-            if not planned or sess.running or sess.started_since(starts):
-                return out   # a run started meanwhile: its own plan stays on the page
+            if not planned or sess.running:
+                return out   # a run started meanwhile (first_plan says nothing then): its own plan stays
             if plan_md not in planned:
                 planned[plan_md], planned[plan_json] = render.plan_line(None), {}
             if had_run:  # keep the finished run's tree and status on screen (its replay still works)

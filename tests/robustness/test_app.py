@@ -390,11 +390,11 @@ def test_a_plan_for_a_newly_loaded_pair_outlived_by_a_run_leaves_the_runs_plan_a
         page.predict(*plan_args, api_name="/first_plan")  # the page opens: no pair yet
         ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
         sess = ctx.sessions._items[page.session_hash]
-        original, asked, starts, outlived = ctx.worker.quick_plan, threading.Event(), sess.starts, []
+        original, asked, before, outlived = ctx.worker.quick_plan, threading.Event(), sess.job, []
 
         def slow(*args, **kwargs):   # the timer's plan, finished only once a whole run went by
             asked.set()
-            outlived.append(wait_for(lambda: sess.starts > starts and sess.job is not None and sess.job.done, 90))
+            outlived.append(wait_for(lambda: sess.job not in (None, before) and sess.job.done, 90))
             return original(*args, **kwargs)
 
         monkeypatch.setattr(ctx.worker, "quick_plan", slow)
@@ -544,11 +544,11 @@ def test_a_page_load_plan_outlived_by_a_whole_run_leaves_the_runs_plan_alone(ser
     client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
     worker = served["ctx"].worker
     sess = served["ctx"].sessions._items[client.session_hash]
-    original, asked, starts, outlived = worker.quick_plan, threading.Event(), sess.starts, []
+    original, asked, before, outlived = worker.quick_plan, threading.Event(), sess.job, []
 
     def slow(*args, **kwargs):   # the page's plan, finished only once a whole run went by
         asked.set()
-        outlived.append(wait_for(lambda: sess.starts > starts and sess.job is not None and sess.job.done, 60))
+        outlived.append(wait_for(lambda: sess.job not in (None, before) and sess.job.done, 60))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(worker, "quick_plan", slow)
