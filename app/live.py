@@ -251,11 +251,35 @@ def build(ctx: AppContext, header: dict) -> dict:
                          request: gr.Request = None):
         """The prompt or max new tokens was edited: the shown plan follows, but a running job keeps
         the plan of the prompt it is answering (it is not re-planned for the next run's text)."""
-        if ctx.sessions.get(request).running or ctx.worker.pair is None:
+        sess = ctx.sessions.get(request)
+        if sess.running or ctx.worker.pair is None:
             # nothing to plan for yet (the header plans once the pair is ready), or a run holds its own
+            # and the shown plan follows this control once it ends (plan_after_run)
+            sess.plan_after_run = sess.plan_after_run or sess.running
             yield {status: gr.skip()}   # (an empty dict is not an update: gradio counts it as one value)
             return
         yield from replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+
+    def plan_after_run(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
+                       request: gr.Request = None):
+        """After a Live run or a race: if a control that re-plans between runs (the prompt, an
+        example, the learning switch, ...) was changed while it went, the shown plan now follows
+        the controls, as it would have had they been changed after it. A Live run's last tree and
+        its summary stay on screen (Replay still works); the plan line says what the next run uses."""
+        sess = ctx.sessions.get(request)
+        if not sess.plan_after_run or sess.running or ctx.worker.pair is None:
+            yield {status: gr.skip()}
+            return
+        sess.plan_after_run = False
+        run = sess.run_info.get("run") if sess.run_info.get("kind") != "race" else None
+        last = run.events[-1] if run is not None and run.events else None
+        for out in replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
+                          request):
+            if plan_md in out and last is not None and last.done:
+                out.pop(tree, None)
+                out[status] = (_run_status(last, run) + f" Re-planned **{sess.plan.method.label}** for the "
+                               "controls changed during the run: see the plan line.")
+            yield out
 
     def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                    request: gr.Request = None):
@@ -301,6 +325,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 raise UserError("a run is already going in this tab: press Stop first")
             sess.learn = learn_v is not False
             sess.ask_plan()   # before the job exists: a re-plan asked for before now must not reach it
+            sess.plan_after_run = False   # the run reads every control as it is now
             sess.submitting = True   # and the session counts as running from here
             try:
                 job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind),
@@ -404,8 +429,10 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
-    go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
-             show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
+    run_event = go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
+                         show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
+    run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
+                   **LIGHT)   # (.then: also after a failed or stopped run)
     stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT)
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
@@ -430,7 +457,9 @@ def build(ctx: AppContext, header: dict) -> dict:
             "learn": learn,
             "status": status, "plan_json": plan_json, "plan_md": plan_md, "first_plan": (first_plan, plan_inputs, plan_outputs),
             # what another tab calls after setting these controls (a value set by code fires no release)
-            "replan_when_idle": (replan_when_idle, plan_inputs, plan_outputs)}
+            "replan_when_idle": (replan_when_idle, plan_inputs, plan_outputs),
+            # what the Race tab calls once a race ends (Live controls may have moved meanwhile)
+            "plan_after_run": (plan_after_run, plan_inputs, plan_outputs)}
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

@@ -184,10 +184,10 @@ def build(ctx: AppContext) -> dict:
         return "Nothing is running in this tab."
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
-    start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
-                show_progress="minimal", show_progress_on=[status], **MODEL)
+    run_event = start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
+                            show_progress="minimal", show_progress_on=[status], **MODEL)
     stop.click(stop_race, None, status, api_name="stop_race", show_progress="hidden", **LIGHT)
-    return {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+    return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 
 
 def _summary(order, lanes, greedy: bool) -> dict:

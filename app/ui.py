@@ -37,6 +37,10 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 models_parts = models_tab.build(ctx, defaults, sampling_controls=[live_parts, race_parts])
 
         plan_fn, plan_inputs, plan_outputs = live_parts["first_plan"]
+        # Live controls changed during a race re-plan the Live plan once it ends, as after a Live run
+        after_fn, after_inputs, after_outputs = live_parts["plan_after_run"]
+        race_parts["run_event"].then(after_fn, after_inputs, after_outputs, api_name="plan_after_race",
+                                     show_progress="hidden", concurrency_limit=None)
         pair_info, pair_memory = models_parts["info"], models_parts["memory"]
 
         def pair_now() -> dict:

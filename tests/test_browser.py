@@ -3,6 +3,7 @@ screenshot. Fails if the page shows an error or no tree. Skipped only without /u
 (CI installs Debian's `chromium`). Set SEQUOIA_SCREENSHOT=path to keep the screenshot."""
 import os
 import shutil
+import time
 
 import pytest
 
@@ -144,4 +145,39 @@ def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatc
     page.locator("#sq-import button[aria-label='Clear']").first.click()
     page.locator("#sq-import input[type=file]").set_input_files(str(large))
     assert wait_for(lambda: 5 in asked, 20), asked
+    assert not page_errors(page), page_errors(page)
+
+
+def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served, page, monkeypatch):
+    """A pick while a run goes leaves the run's plan alone; once the run ends (here: stopped), the
+    shown plan follows the example, and the run's summary stays on the status line."""
+    from app.state import Session
+    url, ctx = served
+    asked = []
+    original = ctx.worker.quick_plan
+    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(k.get("prompt")) or original(*a, **k))
+    source = Session.tree_source
+
+    def slow_steps(self, kind):   # the tiny pair would finish before the pick: each step asks for its tree
+        newest = source(self, kind)
+        return lambda: time.sleep(0.2) or newest()
+
+    monkeypatch.setattr(Session, "tree_source", slow_steps)
+    other = ctx.prompts[-1]
+    page.goto(url)
+    page.wait_for_selector("#sq-generate")
+    page.locator("#sq-hw input").click()   # a DP tree, not the device's choice (autoregressive for this pair)
+    page.locator("#sq-max-new input").fill("400")
+    page.click("#sq-generate")
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('step ')")
+    page.locator("#sq-example input").click()
+    page.get_by_role("option", name=other["title"]).click()
+    page.wait_for_function(f"document.querySelector('#sq-prompt textarea').value === {other['prompt']!r}")
+    page.wait_for_timeout(500)
+    assert other["prompt"] not in asked   # the running job answers its own prompt, with its own plan
+    page.click("#sq-stop")
+    assert wait_for(lambda: other["prompt"] in asked, 30), asked
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Re-planned')")
+    status = page.locator("#sq-live-status").inner_text()
+    assert "Done" in status, status
     assert not page_errors(page), page_errors(page)

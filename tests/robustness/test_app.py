@@ -612,3 +612,50 @@ def test_a_re_plan_asked_for_before_generate_does_not_reach_the_run(served, clie
         assert sess.plan is None or sess.plan.spec.budget == 8
     finally:
         run.cancel()
+
+
+@pytest.mark.timeout(120)
+def test_a_control_changed_during_a_run_re_plans_once_the_run_ends(served, client, jobs):
+    """Picking an example while a run goes leaves the run's plan alone (it answers its own prompt);
+    once the run ends, the shown plan follows the example, as a pick after the run would (it kept
+    the run's plan until another control moved). Only once, and only after such a change."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
+    sess = served["ctx"].sessions._items[client.session_hash]
+    after_run = ("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64)   # budget 7, the run's is 8
+    client.predict(*gen_args(method="sequoia", max_new_tokens=8), api_name="/generate")
+    client.predict(*after_run, api_name="/plan_after_run")
+    assert sess.plan.spec.budget == 8, "a run without a control changed during it was re-planned after it"
+    run = client.submit(*gen_args(method="sequoia", max_new_tokens=8000), api_name="/generate")   # stopped below
+    try:
+        assert wait_for(lambda: any(j.state == "running" for j in jobs), 30)
+        client.predict(*after_run, api_name="/plan_on_example")
+        assert sess.plan.spec.budget == 8   # the running job keeps its own plan
+        client.predict(api_name="/stop")
+        assert wait_for(lambda: not sess.running, 30)
+    finally:
+        run.cancel()
+    out = client.predict(*after_run, api_name="/plan_after_run")
+    assert sess.plan.spec.budget == 7, "the plan shown after the run is not the changed controls'"
+    assert "Plan:" in str(out[0]) and "Re-planned" in str(out[2]), out
+    client.predict("sequoia", 6, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_run")
+    assert sess.plan.spec.budget == 7   # once
+
+
+@pytest.mark.timeout(120)
+def test_a_live_control_changed_during_a_race_re_plans_the_live_plan_once_it_ends(served, client, jobs):
+    """The same after a race: the learning switch flipped while it runs re-plans the Live plan at its end."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
+    sess = served["ctx"].sessions._items[client.session_hash]
+    client.predict("sequoia", 8, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan")
+    race = client.submit("def g(y):", ["ar"], 8, 4, 0, 1, 8000, 0, 0, api_name="/race")   # stopped below
+    try:
+        assert wait_for(lambda: any(j.state == "running" for j in jobs), 30)
+        client.predict(False, api_name="/set_learn")
+        client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_on_learn")
+        assert sess.plan.spec.budget == 8
+        client.predict(api_name="/stop_race")
+        assert wait_for(lambda: not sess.running, 30)
+    finally:
+        race.cancel()
+    client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_race")
+    assert sess.plan.spec.budget == 7, "the Live plan shown after the race is not the changed controls'"
