@@ -7,6 +7,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # Tests never write into the user's cache, and never reach for a model hub.
 os.environ.setdefault("SEQUOIA_CACHE", tempfile.mkdtemp(prefix="sequoia-test-cache-"))
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # xdist workers inherit the controller's cache: each gets its own, so that a measurement one worker
+    # writes never shows up in another's check of what its test wrote (a stop-while-measuring test
+    # saw a new acceptance file appear now and then)
+    os.environ["SEQUOIA_CACHE"] = os.path.join(os.environ["SEQUOIA_CACHE"], os.environ["PYTEST_XDIST_WORKER"])
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
