@@ -40,6 +40,7 @@ def theme():
 
 
 def launch_options() -> dict:
-    """Theme and CSS (Gradio 6 takes them at launch)."""
-    return {"theme": theme(), "css_paths": [str(ASSETS / "style.css")], "ssr_mode": False,
+    """Theme, CSS and the page's one script (Gradio 6 takes them at launch)."""
+    return {"theme": theme(), "css_paths": [str(ASSETS / "style.css")],
+            "js": (ASSETS / "page.js").read_text(encoding="utf-8"), "ssr_mode": False,
             "footer_links": ["api", "settings"]}

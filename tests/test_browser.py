@@ -181,3 +181,19 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
     status = page.locator("#sq-live-status").inner_text()
     assert "Done" in status, status
     assert not page_errors(page), page_errors(page)
+
+
+def test_enter_in_a_slider_box_re_plans(served, page, monkeypatch):
+    """A value typed into a slider's box and confirmed with Enter re-plans, as leaving the box does
+    (Gradio fires a slider's release on blur only; assets/page.js turns Enter into leaving the box)."""
+    url, ctx = served
+    asked = []
+    original = ctx.worker.quick_plan
+    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(a[0].budget) or original(*a, **k))
+    page.goto(url)
+    page.wait_for_selector("#sq-generate")
+    box = page.locator("#sq-budget input[type=number]")
+    box.fill("13")
+    box.press("Enter")
+    assert wait_for(lambda: 13 in asked, 20), asked
+    assert not page_errors(page), page_errors(page)
