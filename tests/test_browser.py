@@ -34,9 +34,25 @@ def page():
         yield pg
 
 
-def test_live_generation_draws_the_tree(url, page, tmp_path):
+def plans_asked(ctx, monkeypatch, what) -> list:
+    """What each plan the page asks the worker for is for: `what(spec, settings, kwargs)` per call."""
+    asked, original = [], ctx.worker.quick_plan
+
+    def spy(*args, **kwargs):
+        asked.append(what(args[0], args[1], kwargs))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ctx.worker, "quick_plan", spy)
+    return asked
+
+
+def open_page(page, url) -> None:
     page.goto(url)
     page.wait_for_selector("#sq-generate")
+
+
+def test_live_generation_draws_the_tree(url, page, tmp_path):
+    open_page(page, url)
     page.locator("#sq-max-new input").fill("24")
     page.click("#sq-generate")
     page.wait_for_function(DONE_OR_ERROR)
@@ -62,12 +78,9 @@ def test_picking_an_example_re_plans_for_it(served, page, monkeypatch):
     memory): a pick never blurs the prompt box, so the plan used to stay the old prompt's. The
     dropdown names the example shown, and picking it again restores an edited prompt."""
     url, ctx = served
-    asked = []
-    original = ctx.worker.quick_plan
-    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(k.get("prompt")) or original(*a, **k))
+    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: kwargs.get("prompt"))
     first, other = ctx.prompts[0], ctx.prompts[-1]
-    page.goto(url)
-    page.wait_for_selector("#sq-generate")
+    open_page(page, url)
     assert page.locator("#sq-example input").input_value() == first["title"]
 
     def pick(title):
@@ -87,11 +100,8 @@ def test_the_learning_switch_re_plans_the_shown_plan(served, page, monkeypatch):
     """Switching learning off (or on) re-plans the shown plan with (or without) the learned
     evidence, as a slider move would; it used to leave the plan of the other setting on screen."""
     url, ctx = served
-    asked = []
-    original = ctx.worker.quick_plan
-    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(k.get("learn")) or original(*a, **k))
-    page.goto(url)
-    page.wait_for_selector("#sq-generate")
+    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: kwargs.get("learn"))
+    open_page(page, url)
     # the page's own first plan (learning on) has been made and marked, so the header timer does not plan again
     assert wait_for(lambda: asked and all(getattr(s, "plan_pair", None) for s in list(ctx.sessions._items.values())),
                     20), asked
@@ -109,11 +119,8 @@ def test_taking_the_recommended_sampling_re_plans_the_live_plan(served, page, mo
     from app.models_tab import recommended_values
     url, ctx = served
     want = recommended_values(ctx.worker.describe().get("generation_defaults"))[0]
-    asked = []
-    original = ctx.worker.quick_plan
-    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(a[1].temperature) or original(*a, **k))
-    page.goto(url)
-    page.wait_for_selector("#sq-generate")
+    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: settings.temperature)
+    open_page(page, url)
     box = page.locator("#sq-temperature input[type=number]")
     box.fill("1.3")
     box.press("Tab")   # a typed value re-plans when the box is left
@@ -129,16 +136,12 @@ def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatc
     """The first import switches the Live method to the imported tree (a change event re-plans);
     a second one leaves the method as it was, and the Live plan kept showing the first tree."""
     url, ctx = served
-    asked = []
-    original = ctx.worker.quick_plan
-    monkeypatch.setattr(ctx.worker, "quick_plan",
-                        lambda *a, **k: asked.append(a[0].tree.size if a[0].kind == "tree" else None)
-                        or original(*a, **k))
+    asked = plans_asked(ctx, monkeypatch,
+                        lambda spec, settings, kwargs: spec.tree.size if spec.kind == "tree" else None)
     small, large = tmp_path / "small.json", tmp_path / "large.json"
     small.write_text('{"parents": [-1, 0, 0]}')
     large.write_text('{"parents": [-1, 0, 1, 2, 3]}')
-    page.goto(url)
-    page.wait_for_selector("#sq-generate")
+    open_page(page, url)
     page.get_by_role("tab", name="Planner").click()
     page.locator("#sq-import input[type=file]").set_input_files(str(small))
     assert wait_for(lambda: 3 in asked, 20), asked
@@ -153,9 +156,7 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
     shown plan follows the example, and the run's summary stays on the status line."""
     from app.state import Session
     url, ctx = served
-    asked = []
-    original = ctx.worker.quick_plan
-    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(k.get("prompt")) or original(*a, **k))
+    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: kwargs.get("prompt"))
     source = Session.tree_source
 
     def slow_steps(self, kind):   # the tiny pair would finish before the pick: each step asks for its tree
@@ -164,8 +165,7 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
 
     monkeypatch.setattr(Session, "tree_source", slow_steps)
     other = ctx.prompts[-1]
-    page.goto(url)
-    page.wait_for_selector("#sq-generate")
+    open_page(page, url)
     page.locator("#sq-hw input").click()   # a DP tree, not the device's choice (autoregressive for this pair)
     page.locator("#sq-max-new input").fill("400")
     page.click("#sq-generate")
@@ -187,11 +187,8 @@ def test_enter_in_a_slider_box_re_plans(served, page, monkeypatch):
     """A value typed into a slider's box and confirmed with Enter re-plans, as leaving the box does
     (Gradio fires a slider's release on blur only; assets/page.js turns Enter into leaving the box)."""
     url, ctx = served
-    asked = []
-    original = ctx.worker.quick_plan
-    monkeypatch.setattr(ctx.worker, "quick_plan", lambda *a, **k: asked.append(a[0].budget) or original(*a, **k))
-    page.goto(url)
-    page.wait_for_selector("#sq-generate")
+    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: spec.budget)
+    open_page(page, url)
     box = page.locator("#sq-budget input[type=number]")
     box.fill("13")
     box.press("Enter")
