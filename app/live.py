@@ -264,21 +264,20 @@ def build(ctx: AppContext, header: dict) -> dict:
                        request: gr.Request = None):
         """After a Live run or a race: if a control that re-plans between runs (the prompt, an
         example, the learning switch, ...) was changed while it went, the shown plan now follows
-        the controls, as it would have had they been changed after it. A Live run's last tree and
-        its summary stay on screen (Replay still works); the plan line says what the next run uses."""
+        the controls, as it would have had they been changed after it. A Live run on screen keeps
+        its last tree and its status line (finished, stopped or failed; Replay still works): only
+        the plan line and the plan JSON change, and they say what the next run uses."""
         sess = ctx.sessions.get(request)
         if not sess.plan_after_run or sess.running or ctx.worker.pair is None:
             yield {status: gr.skip()}
             return
         sess.plan_after_run = False
-        run = sess.run_info.get("run") if sess.run_info.get("kind") != "race" else None
-        last = run.events[-1] if run is not None and run.events else None
+        run = sess.run_info.get("run")   # the last Live run (a race leaves the Live tab as it was)
+        on_screen = run is not None and bool(run.events)
         for out in replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
                           request):
-            if plan_md in out and last is not None and last.done:
-                out.pop(tree, None)
-                out[status] = (_run_status(last, run) + f" Re-planned **{sess.plan.method.label}** for the "
-                               "controls changed during the run: see the plan line.")
+            if plan_md in out and on_screen:
+                out = {k: v for k, v in out.items() if k in (plan_md, plan_json)}
             yield out
 
     def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,

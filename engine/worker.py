@@ -118,8 +118,8 @@ class Job:
     def _finish(self, state: str, error: BaseException | None = None, result: Any = None) -> None:
         self.state, self.error, self.result = state, error, result
         self.finished_at = time.time()
+        self._finished.set()   # first: a reader whose stream just ended sees the job done
         self._items.put(_END)
-        self._finished.set()
 
 
 class JobContext:

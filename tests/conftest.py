@@ -10,7 +10,7 @@ os.environ.setdefault("SEQUOIA_CACHE", tempfile.mkdtemp(prefix="sequoia-test-cac
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # xdist workers inherit the controller's cache: each gets its own, so that a measurement one worker
     # writes never shows up in another's check of what its test wrote (a stop-while-measuring test
-    # saw a new acceptance file appear now and then)
+    # saw a new acceptance file appear now and then); a SEQUOIA_CACHE set by hand gets a gwN folder per worker
     os.environ["SEQUOIA_CACHE"] = os.path.join(os.environ["SEQUOIA_CACHE"], os.environ["PYTEST_XDIST_WORKER"])
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

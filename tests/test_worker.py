@@ -34,6 +34,28 @@ def steps(job):
     return [x for x in job.stream(timeout=60) if isinstance(x, StepEvent)]
 
 
+def test_a_job_whose_stream_ended_is_done():
+    """The page asks `running` right after a run's stream ends (the re-plan chained after it): the
+    job must read done by then, even when the worker thread is slow to mark it."""
+    w = Worker()
+    release = threading.Event()
+
+    class SlowToMark(threading.Event):
+        def set(self):
+            release.wait(0.3)   # the worker thread marking the job, late
+            super().set()
+
+    def job_fn(ctx):
+        ctx.job._finished = SlowToMark()
+        yield 1
+
+    job = w.submit("one", job_fn)
+    assert list(job.stream(timeout=10)) == [1]
+    assert job.done, "a reader whose stream ended saw the job still running"
+    release.set()
+    w.close()
+
+
 def test_jobs_run_one_at_a_time_in_order():
     w = Worker()
     spans, lock, checked = [], threading.Lock(), threading.Event()

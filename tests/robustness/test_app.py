@@ -636,16 +636,19 @@ def test_a_control_changed_during_a_run_re_plans_once_the_run_ends(served, clien
         run.cancel()
     out = client.predict(*after_run, api_name="/plan_after_run")
     assert sess.plan.spec.budget == 7, "the plan shown after the run is not the changed controls'"
-    assert "Plan:" in str(out[0]) and "Re-planned" in str(out[2]), out
+    assert "Plan:" in str(out[0]) and "n=7" in str(out[0]), out
+    assert out[1] == out[2] == {"__type__": "update"}, out   # no new value: the run's last tree and status stay
     client.predict("sequoia", 6, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_run")
     assert sess.plan.spec.budget == 7   # once
 
 
 @pytest.mark.timeout(120)
 def test_a_live_control_changed_during_a_race_re_plans_the_live_plan_once_it_ends(served, client, jobs):
-    """The same after a race: the learning switch flipped while it runs re-plans the Live plan at its end."""
+    """The same after a race: the learning switch flipped while it runs re-plans the Live plan at its
+    end, and the Live tab's last run stays on screen (a race does not touch it)."""
     client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
     sess = served["ctx"].sessions._items[client.session_hash]
+    client.predict(*gen_args(method="sequoia", max_new_tokens=8), api_name="/generate")   # a Live run on screen
     client.predict("sequoia", 8, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan")
     race = client.submit("def g(y):", ["ar"], 8, 4, 0, 1, 8000, 0, 0, api_name="/race")   # stopped below
     try:
@@ -657,5 +660,6 @@ def test_a_live_control_changed_during_a_race_re_plans_the_live_plan_once_it_end
         assert wait_for(lambda: not sess.running, 30)
     finally:
         race.cancel()
-    client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_race")
+    out = client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_race")
     assert sess.plan.spec.budget == 7, "the Live plan shown after the race is not the changed controls'"
+    assert out[1] == out[2] == {"__type__": "update"}, out   # the Live run's tree and status stay
