@@ -1,0 +1,112 @@
+"""What drawing a Live run in a browser costs the run, by how often the acceptance chart is sent:
+
+    .venv/bin/python bench/live_browser_cost.py --intervals 0.5 2.0 --rounds 3
+
+Serves the app on the embedded pair in this process, opens the Live tab in headless Debian
+Chromium on the same machine, switches learning off (the same tree every run) and runs the first
+example prompt for 64 tokens, greedy, with the page's hardware-aware plan: one run per interval
+in each round, the intervals interleaved (app.live.ACC_INTERVAL is read at every step, so it is
+set between runs). For each run: the tokens/s the page reports, the CPU seconds Chromium's
+processes and this process spent, and the page's main-thread task and script seconds (Chrome's
+Performance metrics). Only meaningful on a quiet machine: the load average is printed."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.chromium import browsers  # noqa: E402
+
+STATUS = "document.querySelector('#sq-live-status').innerText"
+
+
+def chromium_cpu() -> float:
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if "chrom" in (proc.info["name"] or ""):
+                t = proc.cpu_times()
+                total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def own_cpu() -> float:
+    t = psutil.Process().cpu_times()
+    return t.user + t.system
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--intervals", type=float, nargs="+", default=[0.5, 2.0],
+                   help="seconds between acceptance-chart updates to compare")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--port", type=int, default=7871)
+    args = p.parse_args()
+
+    from app import create_app, launch_options, live
+    demo, ctx = create_app("default", "default", "cpu")
+    demo.launch(server_name="127.0.0.1", server_port=args.port, prevent_thread_lock=True, quiet=True,
+                **launch_options())
+    while ctx.worker.pair is None or ctx.worker.loading:
+        if ctx.worker.last_error is not None:
+            raise SystemExit(f"the pair did not load: {ctx.worker.last_error}")
+        time.sleep(1)
+    print(f"processor: {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}, "
+          f"{os.cpu_count()} cores; load average before {os.getloadavg()}", flush=True)
+    try:
+        with browsers(1, timeout_ms=600_000) as (page,):
+            page.set_viewport_size({"width": 1400, "height": 1000})
+            cdp = page.context.new_cdp_session(page)
+            cdp.send("Performance.enable")
+            page.goto(f"http://127.0.0.1:{args.port}/")
+            page.wait_for_selector("#sq-generate")
+            page.wait_for_function("document.querySelector('#sq-plan').innerText.includes('Plan:')", timeout=600_000)
+            page.locator("#sq-learn input").click()
+            page.locator("#sq-max-new input").fill(str(args.max_new_tokens))
+            page.wait_for_timeout(1000)
+            rows = {i: [] for i in args.intervals}
+            for r in range(args.rounds):
+                for interval in args.intervals:
+                    live.ACC_INTERVAL = interval
+                    before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+                    c0, s0 = chromium_cpu(), own_cpu()
+                    page.click("#sq-generate")
+                    page.wait_for_function(f"!{STATUS}.includes('Done')")
+                    page.wait_for_function(f"{STATUS}.includes('Done') || {STATUS}.includes('✗')")
+                    c1, s1 = chromium_cpu(), own_cpu()
+                    after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+                    status = page.locator("#sq-live-status").inner_text()
+                    found = re.search(r"([\d.]+) tokens/s with (.+?)\. Drag", status)
+                    if not found:
+                        raise SystemExit(f"the run did not finish: {status}")
+                    tps = float(found.group(1))
+                    rows[interval].append(tps)
+                    print(f"round {r + 1}, chart every {interval:g} s: {tps:.1f} tok/s ({found.group(2)}); "
+                          f"Chromium CPU {c1 - c0:.1f} s, app process CPU {s1 - s0:.1f} s; page main thread "
+                          f"tasks {after['TaskDuration'] - before['TaskDuration']:.2f} s, "
+                          f"script {after['ScriptDuration'] - before['ScriptDuration']:.2f} s", flush=True)
+            print(f"load average after {os.getloadavg()}")
+            base = args.intervals[0]
+            for interval in args.intervals:
+                mean = sum(rows[interval]) / len(rows[interval])
+                ratio = mean / (sum(rows[base]) / len(rows[base]))
+                print(f"chart every {interval:g} s: mean {mean:.2f} tok/s over {len(rows[interval])} runs "
+                      f"({ratio:.2f}x every {base:g} s)")
+    finally:
+        demo.close()
+        ctx.worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
