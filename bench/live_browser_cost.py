@@ -1,12 +1,13 @@
 """What drawing a Live run in a browser costs the run, by how often the acceptance chart is sent:
 
-    .venv/bin/python bench/live_browser_cost.py --intervals 0.5 2.0 --rounds 3
+    .venv/bin/python bench/live_browser_cost.py --intervals 0.5 2.0 --rounds 4
 
 Serves the app on the embedded pair in this process, opens the Live tab in headless Debian
 Chromium on the same machine, switches learning off (the same tree every run) and runs the first
-example prompt for 64 tokens, greedy, with the page's hardware-aware plan: one run per interval
-in each round, the intervals interleaved (app.live.ACC_INTERVAL is read at every step, so it is
-set between runs). For each run: the tokens/s the page reports, the CPU seconds Chromium's
+example prompt for 64 tokens, greedy, with the page's hardware-aware plan. Each round runs it once
+through the API with no browser drawing it (the page stays open, idle), then once per interval in
+the page, the intervals interleaved (app.live.ACC_INTERVAL is read at every step, so it is set
+between runs). For each page run: the tokens/s the page reports, the CPU seconds Chromium's
 processes and this process spent, and the page's main-thread task and script seconds (Chrome's
 Performance metrics). Only meaningful on a quiet machine: the load average is printed."""
 from __future__ import annotations
@@ -75,7 +76,16 @@ def main() -> int:
             page.locator("#sq-max-new input").fill(str(args.max_new_tokens))
             page.wait_for_timeout(1000)
             rows = {i: [] for i in args.intervals}
+            from gradio_client import Client
+            client = Client(f"http://127.0.0.1:{args.port}/", verbose=False)
+            api = []
             for r in range(args.rounds):
+                # the same run through the API, no browser drawing it (the page stays open, idle)
+                job = client.submit(ctx.prompts[0]["prompt"], "sequoia", ctx.default_budget, ctx.default_depth, True,
+                                    0, 1, args.max_new_tokens, 0, 0, False, api_name="/generate")
+                last = job.result()[6]
+                api.append(last["tokens_per_second"])
+                print(f"round {r + 1}, through the API: {api[-1]:.1f} tok/s ({last['label']})", flush=True)
                 for interval in args.intervals:
                     live.ACC_INTERVAL = interval
                     before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
@@ -96,6 +106,7 @@ def main() -> int:
                           f"tasks {after['TaskDuration'] - before['TaskDuration']:.2f} s, "
                           f"script {after['ScriptDuration'] - before['ScriptDuration']:.2f} s", flush=True)
             print(f"load average after {os.getloadavg()}")
+            print(f"through the API: mean {sum(api) / len(api):.2f} tok/s over {len(api)} runs")
             base = args.intervals[0]
             for interval in args.intervals:
                 mean = sum(rows[interval]) / len(rows[interval])
