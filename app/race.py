@@ -12,9 +12,11 @@ from engine.errors import UserError
 from engine.tree import TreeError
 from engine.jobs import LaneEvent, Note, Progress
 
-# at most 2 page updates per second while racing: each update re-draws the lanes and the chart in
-# the browser, and on a small CPU that drawing competes with the very decoding the race times
+# at most 2 page updates per second while racing, and the chart at most every CHART_INTERVAL s: each
+# update is drawn in the browser, and on a small CPU that drawing competes with the very decoding
+# the race times (a Plotly figure is the costly part: bench/live_browser_cost.py)
 UPDATE_INTERVAL = 0.5
+CHART_INTERVAL = 2.0
 
 FAIRNESS = (
     "**How the race is run.** All methods get the same prompt, seed and settings. They run **together, one "
@@ -138,7 +140,7 @@ def build(ctx: AppContext) -> dict:
         order = [lane for lane, _ in specs]
         lanes: dict[str, dict] = {lane: {} for lane in order}
         series: dict[str, list] = {lane: [] for lane in order}
-        last_push = 0.0
+        last_push = last_chart = 0.0
         greedy = settings.greedy
         yield {status: "… waiting for the model worker…" if job.position else "… planning…",
                lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy), verdict: "",
@@ -162,8 +164,11 @@ def build(ctx: AppContext) -> dict:
                     now = time.monotonic()
                     if now - last_push >= UPDATE_INTERVAL or ev.done:
                         last_push = now
-                        yield {lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),
-                               table: _table(order, lanes, greedy)}
+                        out = {lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy)}
+                        if now - last_chart >= CHART_INTERVAL or ev.done:
+                            last_chart = now
+                            out[chart] = plots.race_figure(series)
+                        yield out
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "race")
             yield {status: f"✗ {message}"}

@@ -9,7 +9,8 @@ through the API with no browser drawing it (the page stays open, idle), then onc
 the page, the intervals interleaved (app.live.ACC_INTERVAL is read at every step, so it is set
 between runs). For each page run: the tokens/s the page reports, the CPU seconds Chromium's
 processes and this process spent, and the page's main-thread task and script seconds (Chrome's
-Performance metrics). Only meaningful on a quiet machine: the load average is printed."""
+Performance metrics). With --race: the Race tab's default race instead, the intervals being
+those of its chart. Only meaningful on a quiet machine: the load average is printed."""
 from __future__ import annotations
 
 import argparse
@@ -45,6 +46,37 @@ def own_cpu() -> float:
     return t.user + t.system
 
 
+def page_metrics(cdp) -> dict:
+    return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+
+
+def race_rounds(page, cdp, intervals, rounds) -> None:
+    """The Race tab's default race, the chart sent every `interval` s (app.race.CHART_INTERVAL; lanes
+    and table every app.race.UPDATE_INTERVAL), intervals interleaved; each lane's tokens/s as its
+    lane shows it (one decimal) and over autoregressive's, and what the browser spent."""
+    from app import race
+    page.get_by_role("tab", name="Race").click()
+    page.wait_for_selector("#sq-race-start")
+    status = "document.querySelector('#sq-race-status').innerText"
+    for r in range(rounds):
+        for interval in intervals:
+            race.CHART_INTERVAL = interval
+            before, c0, s0 = page_metrics(cdp), chromium_cpu(), own_cpu()
+            page.click("#sq-race-start")
+            page.wait_for_function(f"!{status}.includes('Race finished')")
+            page.wait_for_function(f"{status}.includes('Race finished') || {status}.includes('✗') "
+                                   f"|| {status}.includes('stopped')", timeout=900_000)
+            c1, s1, after = chromium_cpu(), own_cpu(), page_metrics(cdp)
+            labels = page.locator("#sq-lanes .sq-lane-head b").all_inner_texts()
+            stats = page.locator("#sq-lanes .sq-lane-stats").all_inner_texts()
+            tps = {label: float(re.search(r"([\d.]+) tok/s(?!tep)", st).group(1)) for label, st in zip(labels, stats)}
+            ar = next((v for k, v in tps.items() if k.lower().startswith("autoregressive")), None)
+            print(f"round {r + 1}, race chart every {interval:g} s: "
+                  + ", ".join(f"{k} {v:.1f} tok/s" + (f" ({v / ar:.2f}x)" if ar else "") for k, v in tps.items())
+                  + f"; Chromium CPU {c1 - c0:.1f} s, app process CPU {s1 - s0:.1f} s; page main thread tasks "
+                    f"{after['TaskDuration'] - before['TaskDuration']:.2f} s", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--intervals", type=float, nargs="+", default=[0.5, 2.0],
@@ -52,6 +84,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--port", type=int, default=7871)
+    p.add_argument("--race", action="store_true",
+                   help="time the Race tab's default race instead, the intervals being the race chart's")
     args = p.parse_args()
 
     from app import create_app, launch_options, live
@@ -72,6 +106,10 @@ def main() -> int:
             page.goto(f"http://127.0.0.1:{args.port}/")
             page.wait_for_selector("#sq-generate")
             page.wait_for_function("document.querySelector('#sq-plan').innerText.includes('Plan:')", timeout=600_000)
+            if args.race:
+                race_rounds(page, cdp, args.intervals, args.rounds)
+                print(f"load average after {os.getloadavg()}")
+                return 0
             page.locator("#sq-learn input").click()
             page.locator("#sq-max-new input").fill(str(args.max_new_tokens))
             page.wait_for_timeout(1000)
