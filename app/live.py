@@ -296,7 +296,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                                            prompt=prompt_v)
         except (UserError, TreeError) as exc:
             if sess.running or sess.newer_plan_asked(ticket):
-                return {}
+                return _dropped(sess)
             if isinstance(exc, NeedsMeasurement):
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
                                 "**Measure** in the Planner tab.",
@@ -308,11 +308,17 @@ def build(ctx: AppContext, header: dict) -> dict:
                 msg = str(exc)
             return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
         if sess.running or sess.newer_plan_asked(ticket):
-            return {}
+            return _dropped(sess)
         sess.plan = result
         vec = result.planning_probabilities
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
                 tree: plots.plan_figure(result.tree, vec)}
+
+    def _dropped(sess) -> dict:
+        """The page's first plan says nothing once a run or a race has started; a race shows no plan
+        of its own, so the plan line is filled in once it ends (plan_after_run)."""
+        sess.plan_after_run = sess.plan_after_run or sess.running
+        return {}
 
     def generate(prompt_v, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v,
                  learn_v=True, request: gr.Request = None):

@@ -663,3 +663,23 @@ def test_a_live_control_changed_during_a_race_re_plans_the_live_plan_once_it_end
     out = client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_race")
     assert sess.plan.spec.budget == 7, "the Live plan shown after the race is not the changed controls'"
     assert out[1] == out[2] == {"__type__": "update"}, out   # the Live run's tree and status stay
+
+
+@pytest.mark.timeout(120)
+def test_a_page_opened_during_a_race_gets_its_plan_once_the_race_ends(served, client, jobs):
+    """The page's first plan says nothing while a race runs (Start race pressed as the page
+    loaded); the race shows no plan of its own, so the plan line said "No plan yet." until a
+    control moved. It is planned once the race ends."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # plans then come from caches
+    sess = served["ctx"].sessions._items[client.session_hash]
+    race = client.submit("def g(y):", ["ar"], 8, 4, 0, 1, 8000, 0, 0, api_name="/race")   # stopped below
+    try:
+        assert wait_for(lambda: any(j.state == "running" for j in jobs), 30)
+        out = client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/first_plan")
+        assert "Plan:" not in str(out[0] or "") and sess.plan is None
+        client.predict(api_name="/stop_race")
+        assert wait_for(lambda: not sess.running, 30)
+    finally:
+        race.cancel()
+    out = client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_race")
+    assert "Plan:" in str(out[0]) and sess.plan is not None and sess.plan.spec.budget == 7, out
