@@ -256,8 +256,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess = ctx.sessions.get(request)
         if sess.running or ctx.worker.pair is None:
             # nothing to plan for yet (the header plans once the pair is ready), or a run holds its own
-            # and the shown plan follows this control once it ends (plan_after_run)
-            sess.plan_after_run = sess.plan_after_run or sess.running
+            # and the shown plan follows this control once it ends
+            sess.plan_when_run_ends()
             yield {status: gr.skip()}   # (an empty dict is not an update: gradio counts it as one value)
             return
         yield from replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
@@ -274,11 +274,10 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: gr.skip()}
             return
         sess.plan_after_run = False
-        run = sess.run_info.get("run")   # the last Live run (a race leaves the Live tab as it was)
-        on_screen = run is not None and bool(run.events)
+        run_on_screen = bool(sess.events)   # the last Live run's steps (a race leaves the Live tab as it was)
         for out in replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
                           request):
-            if plan_md in out and on_screen:
+            if plan_md in out and run_on_screen:
                 out = {k: v for k, v in out.items() if k in (plan_md, plan_json)}
             yield out
 
@@ -317,7 +316,7 @@ def build(ctx: AppContext, header: dict) -> dict:
     def _dropped(sess) -> dict:
         """The page's first plan says nothing once a run or a race has started; a race shows no plan
         of its own, so the plan line is filled in once it ends (plan_after_run)."""
-        sess.plan_after_run = sess.plan_after_run or sess.running
+        sess.plan_when_run_ends()
         return {}
 
     def generate(prompt_v, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v,

@@ -62,6 +62,12 @@ class Session:
             self.plan_asks += 1
             return self.plan_asks
 
+    def plan_when_run_ends(self) -> None:
+        """A plan the page asked for was not shown because a run or a race goes: show one once it
+        ends (app/live.py plan_after_run, chained after Generate and Start race)."""
+        if self.running:
+            self.plan_after_run = True
+
     def newer_plan_asked(self, ticket: int) -> bool:
         """Whether a plan (or a run) was asked for after the one holding `ticket`: plans of one
         page run side by side, and the one shown must be the newest asked for, not the last to finish."""

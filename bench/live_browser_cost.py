@@ -77,6 +77,51 @@ def race_rounds(page, cdp, intervals, rounds) -> None:
                     f"{after['TaskDuration'] - before['TaskDuration']:.2f} s", flush=True)
 
 
+def live_rounds(page, cdp, ctx, args) -> None:
+    """The Live run through the API, then in the page once per acceptance-chart interval
+    (app.live.ACC_INTERVAL), each round; tokens/s and what the browser spent."""
+    from gradio_client import Client
+    from app import live
+    page.locator("#sq-learn input").click()
+    page.locator("#sq-max-new input").fill(str(args.max_new_tokens))
+    page.wait_for_timeout(1000)
+    rows = {i: [] for i in args.intervals}
+    client = Client(f"http://127.0.0.1:{args.port}/", verbose=False)
+    api = []
+    for r in range(args.rounds):
+        # the same run through the API, no browser drawing it (the page stays open, idle)
+        job = client.submit(ctx.prompts[0]["prompt"], "sequoia", ctx.default_budget, ctx.default_depth, True,
+                            0, 1, args.max_new_tokens, 0, 0, False, api_name="/generate")
+        last = job.result()[6]
+        api.append(last["tokens_per_second"])
+        print(f"round {r + 1}, through the API: {api[-1]:.1f} tok/s ({last['label']})", flush=True)
+        for interval in args.intervals:
+            live.ACC_INTERVAL = interval
+            before, c0, s0 = page_metrics(cdp), chromium_cpu(), own_cpu()
+            page.click("#sq-generate")
+            page.wait_for_function(f"!{STATUS}.includes('Done')")
+            page.wait_for_function(f"{STATUS}.includes('Done') || {STATUS}.includes('✗')")
+            c1, s1, after = chromium_cpu(), own_cpu(), page_metrics(cdp)
+            status = page.locator("#sq-live-status").inner_text()
+            found = re.search(r"([\d.]+) tokens/s with (.+?)\. Drag", status)
+            if not found:
+                raise SystemExit(f"the run did not finish: {status}")
+            tps = float(found.group(1))
+            rows[interval].append(tps)
+            print(f"round {r + 1}, chart every {interval:g} s: {tps:.1f} tok/s ({found.group(2)}); "
+                  f"Chromium CPU {c1 - c0:.1f} s, app process CPU {s1 - s0:.1f} s; page main thread "
+                  f"tasks {after['TaskDuration'] - before['TaskDuration']:.2f} s, "
+                  f"script {after['ScriptDuration'] - before['ScriptDuration']:.2f} s", flush=True)
+    print(f"load average after {os.getloadavg()}")
+    print(f"through the API: mean {sum(api) / len(api):.2f} tok/s over {len(api)} runs")
+    base = args.intervals[0]
+    for interval in args.intervals:
+        mean = sum(rows[interval]) / len(rows[interval])
+        ratio = mean / (sum(rows[base]) / len(rows[base]))
+        print(f"chart every {interval:g} s: mean {mean:.2f} tok/s over {len(rows[interval])} runs "
+              f"({ratio:.2f}x every {base:g} s)")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--intervals", type=float, nargs="+", default=[0.5, 2.0],
@@ -88,7 +133,8 @@ def main() -> int:
                    help="time the Race tab's default race instead, the intervals being the race chart's")
     args = p.parse_args()
 
-    from app import create_app, launch_options, live
+    from app import create_app, launch_options
+    from engine.profiler import machine_description
     demo, ctx = create_app("default", "default", "cpu")
     demo.launch(server_name="127.0.0.1", server_port=args.port, prevent_thread_lock=True, quiet=True,
                 **launch_options())
@@ -96,8 +142,8 @@ def main() -> int:
         if ctx.worker.last_error is not None:
             raise SystemExit(f"the pair did not load: {ctx.worker.last_error}")
         time.sleep(1)
-    print(f"processor: {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}, "
-          f"{os.cpu_count()} cores; load average before {os.getloadavg()}", flush=True)
+    print(f"processor: {machine_description('cpu')['processor']}, {os.cpu_count()} cores; "
+          f"load average before {os.getloadavg()}", flush=True)
     try:
         with browsers(1, timeout_ms=600_000) as (page,):
             page.set_viewport_size({"width": 1400, "height": 1000})
@@ -109,48 +155,8 @@ def main() -> int:
             if args.race:
                 race_rounds(page, cdp, args.intervals, args.rounds)
                 print(f"load average after {os.getloadavg()}")
-                return 0
-            page.locator("#sq-learn input").click()
-            page.locator("#sq-max-new input").fill(str(args.max_new_tokens))
-            page.wait_for_timeout(1000)
-            rows = {i: [] for i in args.intervals}
-            from gradio_client import Client
-            client = Client(f"http://127.0.0.1:{args.port}/", verbose=False)
-            api = []
-            for r in range(args.rounds):
-                # the same run through the API, no browser drawing it (the page stays open, idle)
-                job = client.submit(ctx.prompts[0]["prompt"], "sequoia", ctx.default_budget, ctx.default_depth, True,
-                                    0, 1, args.max_new_tokens, 0, 0, False, api_name="/generate")
-                last = job.result()[6]
-                api.append(last["tokens_per_second"])
-                print(f"round {r + 1}, through the API: {api[-1]:.1f} tok/s ({last['label']})", flush=True)
-                for interval in args.intervals:
-                    live.ACC_INTERVAL = interval
-                    before = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
-                    c0, s0 = chromium_cpu(), own_cpu()
-                    page.click("#sq-generate")
-                    page.wait_for_function(f"!{STATUS}.includes('Done')")
-                    page.wait_for_function(f"{STATUS}.includes('Done') || {STATUS}.includes('✗')")
-                    c1, s1 = chromium_cpu(), own_cpu()
-                    after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
-                    status = page.locator("#sq-live-status").inner_text()
-                    found = re.search(r"([\d.]+) tokens/s with (.+?)\. Drag", status)
-                    if not found:
-                        raise SystemExit(f"the run did not finish: {status}")
-                    tps = float(found.group(1))
-                    rows[interval].append(tps)
-                    print(f"round {r + 1}, chart every {interval:g} s: {tps:.1f} tok/s ({found.group(2)}); "
-                          f"Chromium CPU {c1 - c0:.1f} s, app process CPU {s1 - s0:.1f} s; page main thread "
-                          f"tasks {after['TaskDuration'] - before['TaskDuration']:.2f} s, "
-                          f"script {after['ScriptDuration'] - before['ScriptDuration']:.2f} s", flush=True)
-            print(f"load average after {os.getloadavg()}")
-            print(f"through the API: mean {sum(api) / len(api):.2f} tok/s over {len(api)} runs")
-            base = args.intervals[0]
-            for interval in args.intervals:
-                mean = sum(rows[interval]) / len(rows[interval])
-                ratio = mean / (sum(rows[base]) / len(rows[base]))
-                print(f"chart every {interval:g} s: mean {mean:.2f} tok/s over {len(rows[interval])} runs "
-                      f"({ratio:.2f}x every {base:g} s)")
+            else:
+                live_rounds(page, cdp, ctx, args)
     finally:
         demo.close()
         ctx.worker.close()
