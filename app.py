@@ -30,8 +30,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="where a device map may offload weights to disk (the page only allows folders inside "
                         "the cache directory, plus this one)")
     p.add_argument("--no-background-refine", dest="background_refine", action="store_false",
-                   help="do not measure, while idle, the settings a plan had to interpolate an acceptance "
-                        "vector for (engine/refine.py)")
+                   help="no measuring while idle: neither the settings a plan had to interpolate an "
+                        "acceptance vector for (engine/refine.py) nor the device again when its cached "
+                        "profile is noisy (engine/reprofile.py)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=7860)
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
@@ -58,7 +59,7 @@ def build(args: argparse.Namespace, worker=None):
                           draft_weights=weights)
     from app.state import AppContext, Sessions, load_prompts
     from engine.worker import Worker
-    worker = worker or Worker()
+    worker = worker or Worker(background_profile=True)
     ctx = AppContext(worker=worker, sessions=Sessions(), prompts=load_prompts()).for_device(args.device)
     worker.load(args.draft, args.target, args.device, args.dtype, cpu_kernels=kernels, draft_weights=weights,
                 **placement)

@@ -21,7 +21,8 @@ def create_app(draft: str = "default", target: str = "default", device: str | No
     Returns (gr.Blocks, AppContext); the page is usable while the pair loads."""
     from app import ui
     from engine.worker import Worker
-    worker = worker or Worker()
+    # the app times the device again while idle when its cached profile is noisy (engine/reprofile.py)
+    worker = worker or Worker(background_profile=True)
     ctx = AppContext(worker=worker, sessions=Sessions(), prompts=load_prompts()).for_device(device)
     if load:
         worker.load(draft, target, device, dtype, cpu_kernels=cpu_kernels, draft_weights=draft_weights)

@@ -177,7 +177,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             ratio = f"draft/target cost for one token: {d1 / t1:.2f}" if t1 and d1 else ""
             out[prof_caption] = (f"{ratio} · overhead {prof.overhead_seconds * 1e3:.1f} ms/step · "
                                  f"{prof.device}, {prof.dtype}, measured {prof.measured_at} · "
-                                 f"`{render.short_path(prof.source)}`" + render.profile_quality(prof, seen))
+                                 f"`{render.short_path(prof.source)}`"
+                                 + render.profile_quality(prof, seen, worker.profile_timed_again()))
         else:
             out[prof_chart] = plots.empty_figure("No device profile yet: press “Profile this device”", 280)
             out[prof_caption] = "Not profiled yet on this device and dtype."

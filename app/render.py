@@ -213,15 +213,17 @@ def backing_detail(result) -> str:
     return ", ".join(parts) or "none learned yet"
 
 
-def profile_quality(prof, seen: dict | None) -> str:
-    """How far to trust the profile: the load it saw, whether its repeats agreed, and what real
-    CLI runs observed since (the planner blends those in: engine/observed.py)."""
+def profile_quality(prof, seen: dict | None, timed_again: bool = False) -> str:
+    """How far to trust the profile: the load it saw, whether its repeats agreed (timed_again: a
+    noisy one will be timed again while idle, engine/reprofile.py), and what real CLI runs observed
+    since (the planner blends those in: engine/observed.py)."""
     q = getattr(prof, "quality", None) or {}
     out = ""
     if q:
         load = q.get("load_average_before")
+        again = "; timed again once the app is idle and the machine quiet" if timed_again else ""
         out += (f" · load {load[0]:.2f} when profiled" if load else "") + (
-            f" · **noisy** (repeats spread {q.get('worst_spread', 0) * 100:.0f} %)" if q.get("noisy")
+            f" · **noisy** (repeats spread {q.get('worst_spread', 0) * 100:.0f} %{again})" if q.get("noisy")
             else f" · repeats agree within {q.get('worst_spread', 0) * 100:.0f} %")
     if seen and seen.get("steps"):
         rows = ", ".join(f"t({r['n']}) {r['observed_seconds'] * 1e3:.0f} ms"

@@ -204,11 +204,11 @@ def measure_job(ctx, temperature, top_p, sampler, prompts, force, top_k: int = 0
     return vec
 
 
-def refine_job(ctx):
-    """One background unit: one prompt of the oldest settings planned from an interpolated vector
-    (engine/refine.py). Result: the vectors saved when it completed those settings, else None."""
-    refiner = ctx.worker.refiner
-    return refiner.run_unit(ctx.pair, ctx.should_stop, ctx.progress) if refiner is not None else None
+def background_job(ctx, task):
+    """One background unit of `task`: engine/reprofile.py's Reprofiler (the device timed again) or
+    engine/refine.py's Refiner (one prompt of the oldest settings planned from an interpolated
+    vector). Result: what the unit saved, else None."""
+    return task.run_unit(ctx.pair, ctx.should_stop, ctx.progress)
 
 
 def profile_job(ctx, max_budget, force):

@@ -64,6 +64,8 @@ class Refiner:
     """The settings waiting for a background measurement; thread-safe (plans note settings on
     the worker thread and on callers' threads)."""
 
+    job_name = "refine acceptance (background)"
+
     def __init__(self):
         self._wanted: OrderedDict[str, Wanted] = OrderedDict()
         self._lock = threading.Lock()

@@ -16,9 +16,10 @@ Rules:
   finish_reason is "stopped"; a stopped measurement ends the job in state "stopped".
 - A failing job records its error (UserError/TreeError: a message for the user; anything else:
   an internal error with a traceback in the log) and the worker goes on with the next job.
-- While the worker is idle it may run background units (engine/refine.py: measuring settings a
-  plan had to interpolate a vector for); a submitted job stops the running unit at its next step
-  and starts after it, never beside it. status() shows a unit but says "idle".
+- While the worker is idle it may run background units (engine/reprofile.py: timing the device
+  again when its cached profile is noisy and the machine is quiet; engine/refine.py: measuring
+  settings a plan had to interpolate a vector for); a submitted job stops the running unit at its
+  next step and starts after it, never beside it. status() shows a unit but says "idle".
 - Quick lookups that read caches only (`quick_plan`, `cached_acceptance`, `cached_profile`,
   `describe`) run on the caller's thread and never call a model.
 """
@@ -33,7 +34,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterator
 
-from engine import interpolation, jobs, observed, profiler, refine
+from engine import interpolation, jobs, observed, profiler, refine, reprofile
 from engine.errors import UserError
 from engine.jobs import LaneEvent, Progress
 from engine.planning import PROFILE_BUDGET, MethodSpec, PlanResult, build_plan
@@ -151,13 +152,16 @@ class Worker:
 
     def __init__(self, name: str = "sequoia-worker", measure_prompts: list[str] | None = None,
                  measure_tokens: int = 48, profile_budget: int = PROFILE_BUDGET, profile_on_load: bool = True,
-                 refine_in_background: bool = True):
+                 refine_in_background: bool = True, background_profile: bool = False):
         # how acceptance vectors and device profiles are measured when a job needs one
         # (None = the engine's default prompts, assets/prompts.json)
         self.measure_prompts, self.measure_tokens, self.profile_budget = measure_prompts, measure_tokens, profile_budget
         self.profile_on_load = profile_on_load  # a first load profiles the device (hardware-aware plans need it)
         # settings planned from an interpolated vector are measured while idle (engine/refine.py)
         self.refiner = refine.Refiner() if refine_in_background else None
+        # a noisy cached device profile is timed again while idle and quiet (engine/reprofile.py);
+        # off unless asked for (the app asks): a test's worker must not start timing on its own
+        self.reprofiler = reprofile.Reprofiler() if background_profile else None
         self._last_user_activity = time.monotonic()  # background units wait for IDLE_SECONDS after it
         self._pair = None
         self._queue: queue.Queue = queue.Queue()
@@ -267,6 +271,10 @@ class Worker:
         return (profiler.cached_acceptance(pair, temperature, top_p, sampler, top_k=top_k)
                 if pair is not None else None)
 
+    def profile_timed_again(self) -> bool:
+        """Whether the cached profile is noisy and will be timed again while idle (engine/reprofile.py)."""
+        return self.reprofiler is not None and self.reprofiler.ready_in(self._pair) is not None
+
     def cached_profile(self):
         pair = self._pair
         return profiler.cached_profile(pair) if pair is not None else None
@@ -367,11 +375,27 @@ class Worker:
                     self._activity.update(message=f"{job.name} — {lane}step {ev.step}, {ev.total_tokens} tokens",
                                           fraction=None, step=ev.step)
 
+    def _background_waits(self) -> list[tuple[float, Any]]:
+        """(seconds until it may start, task) for each background task with work for this pair;
+        the device profile first: every hardware-aware plan, the refiner's included, reads it."""
+        if self._closed:
+            return []
+        waits = []
+        if self.reprofiler is not None:
+            wait = self.reprofiler.ready_in(self._pair)
+            if wait is not None:
+                waits.append((wait, self.reprofiler))
+        if self.refiner is not None and self.refiner.has_work(self._pair):
+            waits.append((0.0, self.refiner))
+        return waits
+
     def _idle_wait(self) -> float | None:
         """How long to wait for a job before a background unit runs (None: no background work)."""
-        if self.refiner is None or self._closed or not self.refiner.has_work(self._pair):
+        waits = self._background_waits()
+        if not waits:
             return None
-        return max(0.0, refine.IDLE_SECONDS - (time.monotonic() - self._last_user_activity))
+        idle_left = refine.IDLE_SECONDS - (time.monotonic() - self._last_user_activity)
+        return max(0.0, idle_left, min(wait for wait, _ in waits))
 
     def _loop(self) -> None:
         while True:
@@ -381,7 +405,8 @@ class Worker:
                 wait = self._idle_wait()
                 if wait is None or wait > 0:
                     continue
-                job = Job(self, "refine acceptance (background)", jobs.refine_job, (), {})
+                task = next(task for wait, task in self._background_waits() if wait <= 0)
+                job = Job(self, task.job_name, jobs.background_job, (task,), {})
                 job.background = True
                 with self._lock:
                     if self._pending:  # a job arrived just now: it goes first (submit() checks under this lock)

@@ -164,7 +164,7 @@ def test_app_flag_turns_the_background_off(monkeypatch):
     monkeypatch.setattr(app_package, "create_app", create_app)
     main.build(args)
     try:
-        assert seen["worker"] is not None and seen["worker"].refiner is None
+        assert seen["worker"] is not None and seen["worker"].refiner is None and seen["worker"].reprofiler is None
     finally:
         seen["worker"].close()
     main.build(main.parse_args([]))

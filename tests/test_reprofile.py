@@ -1,0 +1,147 @@
+"""A noisy cached device profile is timed again while the worker is idle and the machine quiet
+(engine/reprofile.py)."""
+import threading
+import time
+from dataclasses import replace
+
+import pytest
+
+from engine import profiler, refine, reprofile
+from engine.worker import DONE, Worker
+from tests.tiny import tiny_pair_dirs
+
+
+def _wait(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.05)
+
+
+def _with_spread(prof, spread: float):
+    return replace(prof, quality={**prof.quality, "worst_spread": spread, "noisy": spread > profiler.NOISY_SPREAD},
+                   measured_at=f"seeded {spread}")
+
+
+@pytest.fixture
+def worker(tmp_path, monkeypatch):
+    """A worker on a tiny pair whose private cache holds a noisy profile (4 sizes each, repeats
+    spread 900 %); the machine counts as quiet and the idle wait is 0.2 s."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(reprofile, "machine_quiet", lambda: True)
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(profile_on_load=False, refine_in_background=False, background_profile=True)
+    w.load(str(draft), str(target), "cpu", "float32").wait(120)
+
+    def seed(ctx):  # a job, as the first load's profile is: the worker looks for background work after it
+        noisy = _with_spread(profiler.profile_device(ctx.pair, max_budget=4, max_width=4, repeats=1, max_repeats=1),
+                             9.0)
+        profiler.save_profile(ctx.pair, noisy)
+        return noisy
+    w.seeded = w.submit("seed profile", seed).wait(120)
+    yield w
+    w.close()
+
+
+def _spy(monkeypatch, result_spread, first_until_stopped=False):
+    """profile_device replaced: records its calls; returns the seeded profile with `result_spread`,
+    the first call (first_until_stopped) waiting for its should_stop and raising Stopped as the
+    real one does."""
+    calls = []
+
+    def fake(pair, max_budget, max_width, repeats, progress, should_stop, **kw):
+        calls.append({"max_budget": max_budget, "max_width": max_width})
+        if progress:
+            progress(0.5, "profiling forwards: 1 rounds timed")
+        if first_until_stopped and len(calls) == 1:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if should_stop():
+                    raise profiler.Stopped("profiling stopped")
+                time.sleep(0.01)
+        return _with_spread(profiler.cached_profile(pair), result_spread)
+
+    monkeypatch.setattr(profiler, "profile_device", fake)
+    return calls
+
+
+def test_a_noisy_cached_profile_is_timed_again_over_the_same_sizes_and_replaced(worker):
+    _wait(lambda: profiler.cached_profile(worker.pair).measured_at != worker.seeded.measured_at)
+    new = profiler.cached_profile(worker.pair)
+    assert sorted(new.target_seconds) == sorted(worker.seeded.target_seconds) == [1, 2, 3, 4]
+    assert sorted(new.draft_seconds) == [1, 2, 3, 4]
+    assert new.quality["worst_spread"] < 9.0 and new.quality["load_average_before"] is not None
+    _wait(lambda: worker.current is None)
+    assert worker.status()["state"] == "idle" and worker.last_error is None
+
+
+def test_the_try_shows_in_the_status_and_a_result_no_better_keeps_the_cached_profile(worker, monkeypatch):
+    seen = []
+    calls = _spy(monkeypatch, result_spread=9.5)
+    original = worker._note_item
+
+    def note(job, item):
+        original(job, item)
+        if job.background:
+            seen.append(worker.status())
+    monkeypatch.setattr(worker, "_note_item", note)
+    _wait(lambda: len(calls) >= reprofile.MAX_TRIES)
+    time.sleep(1.0)  # idle waits pass: no more tries once MAX_TRIES are done
+    assert len(calls) == reprofile.MAX_TRIES and not worker.profile_timed_again()
+    assert profiler.cached_profile(worker.pair).measured_at == worker.seeded.measured_at
+    assert calls[0] == {"max_budget": 4, "max_width": 4}
+    assert seen and seen[0]["state"] == "idle" and "profiling this device again" in seen[0]["message"]
+    assert "900 %" in seen[0]["message"]
+
+
+def test_a_quiet_profile_is_left_alone(worker, monkeypatch):
+    calls = _spy(monkeypatch, result_spread=0.01)
+    worker.submit("a quiet profile", lambda ctx: profiler.save_profile(ctx.pair, _with_spread(worker.seeded, 0.05)))
+    time.sleep(0.1)
+    time.sleep(1.0)
+    assert calls == []
+
+
+def test_a_busy_machine_postpones_the_try(worker, monkeypatch):
+    quiet = threading.Event()
+    monkeypatch.setattr(reprofile, "machine_quiet", quiet.is_set)
+    monkeypatch.setattr(reprofile, "RECHECK_SECONDS", 0.3)
+    calls = _spy(monkeypatch, result_spread=0.02)
+    time.sleep(1.0)
+    assert calls == [] and worker.profile_timed_again()
+    quiet.set()
+    _wait(lambda: calls)
+    assert profiler.cached_profile(worker.pair).quality["worst_spread"] == 0.02
+
+
+def test_a_submitted_job_stops_the_try_and_the_cached_profile_stays(worker, monkeypatch):
+    calls = _spy(monkeypatch, result_spread=9.5, first_until_stopped=True)
+    _wait(lambda: calls and worker.current is not None and worker.current.background)
+    order = []
+    job = worker.submit("user job", lambda ctx: order.append("user job") or 7)
+    assert job.wait(30) == 7 and job.state == DONE
+    assert profiler.cached_profile(worker.pair).measured_at == worker.seeded.measured_at
+    assert order == ["user job"] and worker.last_error is None
+    # a stopped try is not counted: it starts again once idle, then MAX_TRIES complete (no better)
+    _wait(lambda: len(calls) >= 1 + reprofile.MAX_TRIES)
+    time.sleep(1.0)
+    assert len(calls) == 1 + reprofile.MAX_TRIES
+    assert profiler.cached_profile(worker.pair).measured_at == worker.seeded.measured_at
+
+
+def test_the_machine_counts_as_quiet_up_to_half_a_core_of_load_per_core(monkeypatch):
+    monkeypatch.setattr(reprofile.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(reprofile.os, "getloadavg", lambda: (1.0, 3.0, 3.0))
+    assert reprofile.machine_quiet()
+    monkeypatch.setattr(reprofile.os, "getloadavg", lambda: (1.2, 0.1, 0.1))
+    assert not reprofile.machine_quiet()
+
+
+def test_the_planner_caption_says_a_noisy_profile_will_be_timed_again(worker):
+    from app import render
+    said = render.profile_quality(worker.seeded, None, timed_again=True)
+    assert "**noisy** (repeats spread 900 %; timed again once the app is idle" in said
+    assert "timed again" not in render.profile_quality(worker.seeded, None)
+    assert "timed again" not in render.profile_quality(_with_spread(worker.seeded, 0.05), None, timed_again=True)
