@@ -23,6 +23,7 @@ TEXT_INTERVAL = 0.05  # text and metric cards: at most 20 per second (step data 
 # acceptance chart: at most every 2 s. Each update cost headless Chromium ~75 ms of CPU on the cores
 # the run decodes on; at 2 per second a Live run of the embedded pair ran 1.12x slower (bench/live_browser_cost.py)
 ACC_INTERVAL = 2.0
+READY = "Ready. Press **Generate**; move the budget or temperature to re-plan."  # the status line, no run yet
 MODEL = dict(concurrency_id="model", concurrency_limit=1)
 LIGHT = dict(concurrency_limit=None)
 
@@ -173,8 +174,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 go = gr.Button("Generate", variant="primary", elem_id="sq-generate", min_width=100)
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-stop", min_width=100)
         with gr.Column(scale=3, min_width=600):
-            status = gr.Markdown("Ready. Press **Generate**; move the budget or temperature to re-plan.",
-                                 elem_id="sq-live-status")
+            status = gr.Markdown(READY, elem_id="sq-live-status")
             gr.HTML(_legend_html(), elem_id="sq-legend")
             tree = gr.Plot(show_label=False, elem_id="sq-tree")
             replay = gr.Slider(1, 2, value=1, step=1, label="Replay a step (after a run)", interactive=False,

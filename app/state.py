@@ -47,6 +47,7 @@ class Session:
     submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
     plan_asks: int = 0                    # plans asked for by this page, Generate's included
     plan_after_run: bool = False          # a control that re-plans was changed while a run went
+    plan_profile: Any = None              # the device profile's stamp when the header last planned
     touched: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -52,11 +52,13 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
 
         def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                        request: gr.Request = None):
-            """The page's first plan; remembers which pair it was made for (see status)."""
-            pair = ctx.worker.pair
+            """The page's first plan; remembers which pair, and which device profile, it was made
+            for (see status)."""
+            pair, stamp = ctx.worker.pair, ctx.worker.profile_stamp()
             out = plan_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             if pair is not None:
-                ctx.sessions.get(request).plan_pair = weakref.ref(pair)
+                sess = ctx.sessions.get(request)
+                sess.plan_pair, sess.plan_profile = weakref.ref(pair), stamp
             return out
 
         def page_open(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
@@ -67,11 +69,14 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                    request: gr.Request = None):
             """Header every second; and once a (new) pair is ready, its description in the Models
             tab and the plan this page would use with it (the page may have opened while the pair
-            was loading, or another pair was loaded since)."""
+            was loading, or another pair was loaded since); the plan too once the device profile
+            it rests on was replaced (timed again in the background: engine/reprofile.py, or by
+            the Planner tab or the CLI)."""
             out = {header: render.pair_line(ctx.worker.describe(), ctx.worker.status())}
             pair, sess = ctx.worker.pair, ctx.sessions.get(request)
             seen = getattr(sess, "plan_pair", None)
-            if pair is None or ctx.worker.loading or (seen is not None and seen() is pair):
+            if (pair is None or ctx.worker.loading
+                    or (seen is not None and seen() is pair and sess.plan_profile == ctx.worker.profile_stamp())):
                 return out
             out.update(pair_now())
             if sess.running:  # plan once the run is over (the run shows its own plan meanwhile)
@@ -81,7 +86,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
                 log.exception("planning for the newly loaded pair failed")
-                sess.plan_pair = weakref.ref(pair)
+                sess.plan_pair, sess.plan_profile = weakref.ref(pair), ctx.worker.profile_stamp()
                 return out
             if not planned or sess.running:
                 return out   # a run started meanwhile (first_plan says nothing then): its own plan stays
@@ -89,6 +94,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 planned[plan_md], planned[plan_json] = render.plan_line(None), {}
             if had_run:  # keep the finished run's tree and status on screen (its replay still works)
                 planned = {k: v for k, v in planned.items() if k in (plan_md, plan_json)}
+            else:  # the status line may still say the pair is loading (the page opened meanwhile)
+                planned.setdefault(live_parts["status"], live.READY)
             out.update(planned)
             return out
 

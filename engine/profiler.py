@@ -544,6 +544,19 @@ def cached_profile(pair: ModelPair) -> DeviceProfile | None:
     return prof
 
 
+def profile_stamp(pair: ModelPair) -> tuple[str, int] | None:
+    """Which cached profile plans read now (its file, when it was written), without reading it:
+    a page compares stamps to see that its shown plan rests on a profile since replaced."""
+    key = profile_key(pair)
+    for folder in (cache_dir() / "profiles", SHIPPED / "profiles"):
+        path = folder / f"{key}.json"
+        try:
+            return str(path), path.stat().st_mtime_ns
+        except OSError:
+            continue
+    return None
+
+
 def save_profile(pair: ModelPair, prof: DeviceProfile) -> Path:
     return _write_cached("profiles", profile_key(pair), prof.to_dict())
 

@@ -275,6 +275,11 @@ class Worker:
         """Whether the cached profile is noisy and will be timed again while idle (engine/reprofile.py)."""
         return self.reprofiler is not None and self.reprofiler.ready_in(self._pair) is not None
 
+    def profile_stamp(self):
+        """profiler.profile_stamp of the loaded pair (None without a pair or a profile)."""
+        pair = self._pair
+        return profiler.profile_stamp(pair) if pair is not None else None
+
     def cached_profile(self):
         pair = self._pair
         return profiler.cached_profile(pair) if pair is not None else None

@@ -369,7 +369,7 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading():
         ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
         header, plan_line, _tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
         assert "Plan:" in plan_line and "autoregressive" in plan_line, plan_line
-        assert plan["size"] == 1 and "still loading" not in (status or "")
+        assert plan["size"] == 1 and isinstance(status, str) and status.startswith("Ready."), status
         assert str(target) in info and "model weights" in memory  # the Models tab follows too
         assert str(target) in header
     finally:
@@ -407,6 +407,43 @@ def test_a_plan_for_a_newly_loaded_pair_outlived_by_a_run_leaves_the_runs_plan_a
         assert outlived == [True]   # the plan was asked for before the run and ended after it
         assert "No plan yet" not in str(plan_line or ""), plan_line
         assert sess.plan.spec.budget == 8
+    finally:
+        demo.close()
+        ctx.worker.close()
+
+
+@pytest.mark.timeout(180)
+def test_the_plan_line_follows_a_device_profile_replaced_after_the_page_planned(tmp_path, monkeypatch):
+    """A profile timed again (in the background when the cached one was noisy: engine/reprofile.py,
+    or from the Planner tab or the CLI) reaches the page's plan line at the next header tick;
+    before it, and after it, the tick leaves the plan alone."""
+    from dataclasses import replace
+
+    from engine import profiler
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))  # this test's own profile
+    draft, target = tiny_pair_dirs("llama")
+    demo, ctx, url = launch(draft, target)
+    try:
+        from engine.planning import MethodSpec
+        from engine.settings import Settings
+        ctx.worker.plan(MethodSpec("sequoia-auto", 16, 6), Settings()).wait(120)  # the acceptance vector
+        page = Client(url, verbose=False)
+        plan_args = ("sequoia", 16, 6, True, 0, 1)   # hardware-aware: the plan reads the profile
+        page.predict(*plan_args, api_name="/first_plan")
+        sess = ctx.sessions._items[page.session_hash]
+        before = sess.plan
+        assert before is not None and sess.plan_profile == ctx.worker.profile_stamp() is not None
+        untouched = page.predict(*plan_args, api_name="/status")[1]
+        assert not isinstance(untouched, str), untouched   # nothing changed: the plan line is skipped
+        prof = ctx.worker.cached_profile()
+        flat = {n: prof.target_seconds[1] for n in prof.target_seconds}   # verifying n tokens costs as 1
+        time.sleep(0.01)  # a new modification time
+        profiler.save_profile(ctx.worker.pair, replace(prof, target_seconds=flat, quality={},
+                                                       measured_at="timed again"))
+        header, plan_line, *_ = page.predict(*plan_args, api_name="/status")
+        assert isinstance(plan_line, str) and "Plan:" in plan_line, plan_line
+        assert sess.plan is not before and sess.plan_profile == ctx.worker.profile_stamp()
+        assert page.predict(*plan_args, api_name="/status")[1] == untouched   # once only
     finally:
         demo.close()
         ctx.worker.close()
