@@ -274,7 +274,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: gr.skip()}
             return
         sess.plan_after_run = False
-        run_on_screen = bool(sess.events)   # the last Live run's steps (a race leaves the Live tab as it was)
+        run_on_screen = sess.live_run_on_screen()
         for out in replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
                           request):
             if plan_md in out and run_on_screen:

@@ -63,6 +63,12 @@ class Session:
             self.plan_asks += 1
             return self.plan_asks
 
+    def live_run_on_screen(self) -> bool:
+        """Whether the Live tab shows a run (finished, stopped or failed, even one that failed
+        or stopped before its first step): a later plan then leaves its tree and status line alone
+        (a race leaves the Live tab as it was)."""
+        return bool(self.events) or self.run_info.get("run") is not None
+
     def plan_when_run_ends(self) -> None:
         """A plan the page asked for was not shown because a run or a race goes: show one once it
         ends (app/live.py plan_after_run, chained after Generate and Start race)."""

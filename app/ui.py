@@ -32,7 +32,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 race_parts = race.build(ctx)
             with gr.Tab("Planner", id="planner", elem_id="sq-tab-planner") as planner_tab_block:
                 live_parts["planner_tab"] = planner_tab_block
-                planner_tab.build(ctx, live_parts)
+                planner_parts = planner_tab.build(ctx, live_parts)
             with gr.Tab("Models", id="models", elem_id="sq-tab-models"):
                 models_parts = models_tab.build(ctx, defaults, sampling_controls=[live_parts, race_parts])
 
@@ -75,13 +75,16 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             out = {header: render.pair_line(ctx.worker.describe(), ctx.worker.status())}
             pair, sess = ctx.worker.pair, ctx.sessions.get(request)
             seen = getattr(sess, "plan_pair", None)
-            if (pair is None or ctx.worker.loading
-                    or (seen is not None and seen() is pair and sess.plan_profile == ctx.worker.profile_stamp())):
+            new_pair = seen is None or seen() is not pair
+            if pair is None or ctx.worker.loading or (not new_pair and sess.plan_profile == ctx.worker.profile_stamp()):
                 return out
-            out.update(pair_now())
-            if sess.running:  # plan once the run is over (the run shows its own plan meanwhile)
+            if new_pair:
+                out.update(pair_now())
+            # plan once the run is over (the run shows its own plan meanwhile), or once this page's
+            # own measuring plan is done (its result would be dropped for this one's ticket)
+            if sess.running or (sess.aux is not None and not sess.aux.done):
                 return out
-            had_run = bool(sess.events)
+            had_run = sess.live_run_on_screen()
             try:
                 planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
@@ -92,17 +95,25 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 return out   # a run started meanwhile (first_plan says nothing then): its own plan stays
             if plan_md not in planned:
                 planned[plan_md], planned[plan_json] = render.plan_line(None), {}
-            if had_run:  # keep the finished run's tree and status on screen (its replay still works)
-                planned = {k: v for k, v in planned.items() if k in (plan_md, plan_json)}
-            else:  # the status line may still say the pair is loading (the page opened meanwhile)
+            # the Planner tab redraws once per new pair or profile (profile_shown's change event)
+            planned[profile_shown] = repr((id(pair), sess.plan_profile))
+            if had_run:  # keep the run's tree and status on screen (its replay still works)
+                planned = {k: v for k, v in planned.items() if k in (plan_md, plan_json, profile_shown)}
+            elif new_pair:  # the status line may still say the pair is loading (the page opened meanwhile)
                 planned.setdefault(live_parts["status"], live.READY)
             out.update(planned)
             return out
 
         plan_md, plan_json = live_parts["plan_md"], live_parts["plan_json"]
+        # which pair and device profile the header last planned with; a change redraws the Planner
+        # tab (its profile chart and caption, the speedups), which otherwise waits for a tab select
+        profile_shown = gr.State(None)
         timer = gr.Timer(STATUS_EVERY)
-        timer.tick(status, plan_inputs, [header, *plan_outputs, pair_info, pair_memory], api_name="status",
-                   show_progress="hidden", concurrency_limit=None)
+        timer.tick(status, plan_inputs, [header, *plan_outputs, pair_info, pair_memory, profile_shown],
+                   api_name="status", show_progress="hidden", concurrency_limit=None)
+        planner_fn, planner_inputs, planner_outputs = planner_parts["refresh"]
+        profile_shown.change(planner_fn, planner_inputs, planner_outputs, api_name="planner_on_new_profile",
+                             show_progress="hidden", concurrency_limit=None)
         demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan",
                   show_progress="hidden", concurrency_limit=None)
         demo.unload(ctx.sessions.drop)

@@ -9,10 +9,16 @@ machine is quiet, it times the device again, over the same sizes, and keeps whic
 repeats agree better.
 
 Rules:
-- Only a cached profile flagged noisy, at most MAX_TRIES completed tries per profile per process.
+- Only a cached profile flagged noisy, at most MAX_TRIES completed tries per profile per process;
+  not one timed with the page cache dropped before each forward (the offload benchmark's: that
+  needs root and means something else). The try times the same sizes, prefix and repeats.
 - A try starts only after the worker's idle wait (engine/refine.py IDLE_SECONDS) and when the
   1-minute load average is at most QUIET_LOAD_PER_CORE per core (our own idle threads included);
-  otherwise it looks again after RECHECK_SECONDS. The new profile records the load it saw.
+  otherwise it looks again after RECHECK_SECONDS. So it waits for pending background acceptance
+  measurements (engine/refine.py), which keep the cores busy, and for other programs. The new
+  profile records the load it saw.
+- A cached profile that cannot be read counts as none (logged once): the worker's loop reads it
+  between jobs and must never fail on it.
 - Any job submitted during a try stops it at its next timed forward (profiler.Stopped); the try
   is not counted and the cached profile stays. A try that fails is logged and counted.
 - The new profile replaces the cached one only if its worst spread is smaller.
@@ -55,13 +61,23 @@ class Reprofiler:
     def __init__(self):
         self._tries: dict[str, int] = {}
         self._not_before = 0.0
+        self._unreadable: set[str] = set()   # profile files already logged as unreadable
 
     def _noisy(self, pair):
         """The cached profile if it is noisy and still has tries left, else None."""
         if pair is None:
             return None
-        prof = profiler.cached_profile(pair)
-        if prof is None or not prof.noisy or self._tries.get(profiler.profile_key(pair), 0) >= MAX_TRIES:
+        try:
+            key = profiler.profile_key(pair)
+            if self._tries.get(key, 0) >= MAX_TRIES:
+                return None
+            prof = profiler.cached_profile(pair)
+        except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: nothing to time again
+            if str(exc) not in self._unreadable:
+                self._unreadable.add(str(exc))
+                log.warning("background profile: the cached profile cannot be read (%s)", exc)
+            return None
+        if prof is None or not prof.noisy or (prof.machine or {}).get("page_cache"):
             return None
         return prof
 
@@ -85,7 +101,8 @@ class Reprofiler:
                 f"{spread_of(old) * 100:.0f} %; any job goes first)")
         try:
             new = profiler.profile_device(
-                pair, max_budget=max(old.target_seconds), max_width=max(old.draft_seconds), repeats=3,
+                pair, max_budget=max(old.target_seconds), max_width=max(old.draft_seconds),
+                prefix_tokens=old.prefix_tokens, repeats=old.repeats,
                 progress=(lambda fraction, message: progress(None, f"{what} · {message}")) if progress else None,
                 should_stop=should_stop)
         except profiler.Stopped:

@@ -382,12 +382,13 @@ class Worker:
 
     def _background_waits(self) -> list[tuple[float, Any]]:
         """(seconds until it may start, task) for each background task with work for this pair;
-        the device profile first: every hardware-aware plan, the refiner's included, reads it."""
+        the device profile first (every hardware-aware plan reads it), though its try also waits
+        for a quiet machine, which the refiner's units, while any are pending, do not leave."""
         if self._closed:
             return []
         waits = []
         if self.reprofiler is not None:
-            wait = self.reprofiler.ready_in(self._pair)
+            wait = self.reprofiler.ready_in(self._pair)   # never raises: the loop must not die on a bad file
             if wait is not None:
                 waits.append((wait, self.reprofiler))
         if self.refiner is not None and self.refiner.has_work(self._pair):
@@ -410,7 +411,9 @@ class Worker:
                 wait = self._idle_wait()
                 if wait is None or wait > 0:
                     continue
-                task = next(task for wait, task in self._background_waits() if wait <= 0)
+                task = next((task for wait, task in self._background_waits() if wait <= 0), None)
+                if task is None:  # its work went meanwhile (another process replaced the profile)
+                    continue
                 job = Job(self, task.job_name, jobs.background_job, (task,), {})
                 job.background = True
                 with self._lock:

@@ -118,6 +118,31 @@ def test_the_learning_switch_re_plans_the_shown_plan(served, page, monkeypatch):
     assert not page_errors(page), page_errors(page)
 
 
+def test_the_planner_tab_redraws_when_the_device_profile_is_replaced(served, page):
+    """A profile timed again (in the background when the cached one was noisy, engine/reprofile.py)
+    reaches an open Planner tab without a tab select: the header tick's plan changes the page's
+    profile_shown state, whose change event redraws the tab."""
+    from dataclasses import replace
+
+    from engine import profiler
+    url, ctx = served
+    open_page(page, url)
+    # the page's first plan was made and marked (else the header's would be, anyway)
+    assert wait_for(lambda: all(getattr(s, "plan_pair", None) for s in list(ctx.sessions._items.values())), 20)
+    page.get_by_role("tab", name="Planner").click()
+    caption = page.get_by_text("draft/target cost for one token")
+    caption.wait_for()
+    original = ctx.worker.cached_profile()
+    assert original is not None and "timed again in this test" not in caption.inner_text()
+    try:
+        time.sleep(0.01)   # a new modification time
+        profiler.save_profile(ctx.worker.pair, replace(original, measured_at="timed again in this test"))
+        assert wait_for(lambda: "timed again in this test" in caption.inner_text(), 20), caption.inner_text()
+    finally:
+        profiler.save_profile(ctx.worker.pair, original)
+    assert not page_errors(page), page_errors(page)
+
+
 def test_taking_the_recommended_sampling_re_plans_the_live_plan(served, page, monkeypatch):
     """The Models tab's button sets the Live tab's temperature, top-k and top-p; the Live plan
     follows them (values set by code fire no slider release, so it kept the old settings' plan)."""

@@ -27,10 +27,14 @@ def _with_spread(prof, spread: float):
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
     """A worker on a tiny pair whose private cache holds a noisy profile (4 sizes each, repeats
-    spread 900 %); the machine counts as quiet and the idle wait is 0.2 s."""
+    spread 900 %); the idle wait is 0.2 s, and the machine counts as busy until the test sets
+    worker.quiet (after its own patches: a try must not start before them, however slow the
+    machine is to reach the test)."""
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     monkeypatch.setattr(refine, "IDLE_SECONDS", 0.2)
-    monkeypatch.setattr(reprofile, "machine_quiet", lambda: True)
+    monkeypatch.setattr(reprofile, "RECHECK_SECONDS", 0.1)
+    quiet = threading.Event()
+    monkeypatch.setattr(reprofile, "machine_quiet", quiet.is_set)
     draft, target = tiny_pair_dirs("llama")
     w = Worker(profile_on_load=False, refine_in_background=False, background_profile=True)
     w.load(str(draft), str(target), "cpu", "float32").wait(120)
@@ -41,6 +45,7 @@ def worker(tmp_path, monkeypatch):
         profiler.save_profile(ctx.pair, noisy)
         return noisy
     w.seeded = w.submit("seed profile", seed).wait(120)
+    w.quiet = quiet
     yield w
     w.close()
 
@@ -51,8 +56,9 @@ def _spy(monkeypatch, result_spread, first_until_stopped=False):
     real one does."""
     calls = []
 
-    def fake(pair, max_budget, max_width, repeats, progress, should_stop, **kw):
-        calls.append({"max_budget": max_budget, "max_width": max_width})
+    def fake(pair, max_budget, max_width, prefix_tokens, repeats, progress, should_stop, **kw):
+        calls.append({"max_budget": max_budget, "max_width": max_width, "prefix_tokens": prefix_tokens,
+                      "repeats": repeats})
         if progress:
             progress(0.5, "profiling forwards: 1 rounds timed")
         if first_until_stopped and len(calls) == 1:
@@ -68,10 +74,11 @@ def _spy(monkeypatch, result_spread, first_until_stopped=False):
 
 
 def test_a_noisy_cached_profile_is_timed_again_over_the_same_sizes_and_replaced(worker):
+    worker.quiet.set()
     _wait(lambda: profiler.cached_profile(worker.pair).measured_at != worker.seeded.measured_at)
     new = profiler.cached_profile(worker.pair)
     assert sorted(new.target_seconds) == sorted(worker.seeded.target_seconds) == [1, 2, 3, 4]
-    assert sorted(new.draft_seconds) == [1, 2, 3, 4]
+    assert sorted(new.draft_seconds) == [1, 2, 3, 4] and new.prefix_tokens == worker.seeded.prefix_tokens
     assert new.quality["worst_spread"] < 9.0 and new.quality["load_average_before"] is not None
     _wait(lambda: worker.current is None)
     assert worker.status()["state"] == "idle" and worker.last_error is None
@@ -87,11 +94,12 @@ def test_the_try_shows_in_the_status_and_a_result_no_better_keeps_the_cached_pro
         if job.background:
             seen.append(worker.status())
     monkeypatch.setattr(worker, "_note_item", note)
+    worker.quiet.set()
     _wait(lambda: len(calls) >= reprofile.MAX_TRIES)
     time.sleep(1.0)  # idle waits pass: no more tries once MAX_TRIES are done
     assert len(calls) == reprofile.MAX_TRIES and not worker.profile_timed_again()
     assert profiler.cached_profile(worker.pair).measured_at == worker.seeded.measured_at
-    assert calls[0] == {"max_budget": 4, "max_width": 4}
+    assert calls[0] == {"max_budget": 4, "max_width": 4, "prefix_tokens": worker.seeded.prefix_tokens, "repeats": 1}
     assert seen and seen[0]["state"] == "idle" and "profiling this device again" in seen[0]["message"]
     assert "900 %" in seen[0]["message"]
 
@@ -100,24 +108,23 @@ def test_a_quiet_profile_is_left_alone(worker, monkeypatch):
     calls = _spy(monkeypatch, result_spread=0.01)
     worker.submit("a quiet profile", lambda ctx: profiler.save_profile(ctx.pair, _with_spread(worker.seeded, 0.05)))
     time.sleep(0.1)
+    worker.quiet.set()
     time.sleep(1.0)
     assert calls == []
 
 
 def test_a_busy_machine_postpones_the_try(worker, monkeypatch):
-    quiet = threading.Event()
-    monkeypatch.setattr(reprofile, "machine_quiet", quiet.is_set)
-    monkeypatch.setattr(reprofile, "RECHECK_SECONDS", 0.3)
     calls = _spy(monkeypatch, result_spread=0.02)
-    time.sleep(1.0)
+    time.sleep(1.0)   # idle, but busy: looked at every RECHECK_SECONDS, never tried
     assert calls == [] and worker.profile_timed_again()
-    quiet.set()
+    worker.quiet.set()
     _wait(lambda: calls)
     assert profiler.cached_profile(worker.pair).quality["worst_spread"] == 0.02
 
 
 def test_a_submitted_job_stops_the_try_and_the_cached_profile_stays(worker, monkeypatch):
     calls = _spy(monkeypatch, result_spread=9.5, first_until_stopped=True)
+    worker.quiet.set()
     _wait(lambda: calls and worker.current is not None and worker.current.background)
     order = []
     job = worker.submit("user job", lambda ctx: order.append("user job") or 7)
@@ -145,3 +152,41 @@ def test_the_planner_caption_says_a_noisy_profile_will_be_timed_again(worker):
     assert "**noisy** (repeats spread 900 %; timed again once the app is idle" in said
     assert "timed again" not in render.profile_quality(worker.seeded, None)
     assert "timed again" not in render.profile_quality(_with_spread(worker.seeded, 0.05), None, timed_again=True)
+
+
+def test_a_failing_try_is_counted_and_the_worker_goes_on(worker, monkeypatch):
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(profiler, "profile_device", broken)
+    worker.quiet.set()
+    _wait(lambda: len(calls) >= reprofile.MAX_TRIES)
+    time.sleep(1.0)
+    assert len(calls) == reprofile.MAX_TRIES and worker.last_error is None
+    assert worker.submit("user job", lambda ctx: 7).wait(30) == 7
+
+
+@pytest.mark.parametrize("damage", ["{not json", '{"target_seconds": {"1": 0.1}}'])
+def test_a_cached_profile_that_cannot_be_read_leaves_the_worker_running(worker, damage):
+    """The worker's loop reads the cached profile between jobs: a damaged file must not end it."""
+    path = profiler.cache_dir() / "profiles" / f"{profiler.profile_key(worker.pair)}.json"
+    assert path.exists()
+    worker.quiet.set()
+    path.write_text(damage)
+    for i in range(3):   # each job's end makes the loop read the file again
+        assert worker.submit("user job", lambda ctx, i=i: i).wait(30) == i
+    assert worker._thread.is_alive() and not worker.profile_timed_again()
+
+
+def test_the_app_times_a_noisy_profile_again_and_a_bare_worker_does_not():
+    from app import create_app
+    demo, ctx = create_app(load=False)
+    bare = Worker()
+    try:
+        assert ctx.worker.reprofiler is not None and bare.reprofiler is None
+    finally:
+        ctx.worker.close()
+        bare.close()

@@ -444,6 +444,15 @@ def test_the_plan_line_follows_a_device_profile_replaced_after_the_page_planned(
         assert isinstance(plan_line, str) and "Plan:" in plan_line, plan_line
         assert sess.plan is not before and sess.plan_profile == ctx.worker.profile_stamp()
         assert page.predict(*plan_args, api_name="/status")[1] == untouched   # once only
+        # a run that failed before its first step keeps its message: only the plan line follows
+        with pytest.raises(Exception, match="context holds"):
+            page.predict(*gen_args(prompt="a" * 300), api_name="/generate")
+        time.sleep(0.01)
+        profiler.save_profile(ctx.worker.pair, replace(prof, measured_at="timed again twice"))
+        _header, plan_line, tree, status, *_ = page.predict(*plan_args, api_name="/status")
+        assert isinstance(plan_line, str) and "Plan:" in plan_line, plan_line
+        left = ({"__type__": "update"}, {"props": {"__type__": "update"}, "__type__": "update"})  # a skipped output
+        assert status in left and tree in left, (status, str(tree)[:200])   # both left as they were
     finally:
         demo.close()
         ctx.worker.close()
