@@ -99,7 +99,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             planned[profile_shown] = repr((id(pair), sess.plan_profile))
             if had_run:  # keep the run's tree and status on screen (its replay still works)
                 planned = {k: v for k, v in planned.items() if k in (plan_md, plan_json, profile_shown)}
-            elif new_pair:  # the status line may still say the pair is loading (the page opened meanwhile)
+            else:  # the status line may still say why there was no plan (the pair was loading, or
+                # had no device profile yet: a first start's page opened meanwhile)
                 planned.setdefault(live_parts["status"], live.READY)
             out.update(planned)
             return out

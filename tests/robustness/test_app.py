@@ -458,6 +458,34 @@ def test_the_plan_line_follows_a_device_profile_replaced_after_the_page_planned(
         ctx.worker.close()
 
 
+@pytest.mark.timeout(180)
+def test_a_page_that_planned_before_the_first_profile_says_ready_once_it_is_cached(tmp_path, monkeypatch):
+    """A first start: the page opened while the device was being profiled, and its hardware-aware
+    plan said it needs a profile; once the profile is cached the header's tick plans, and the
+    status line no longer says a profile is needed (seen in Chromium on a fresh cache)."""
+    from engine.planning import MethodSpec
+    from engine.settings import Settings
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    draft, target = tiny_pair_dirs("llama")
+    demo, ctx, url = launch(draft, target)
+    try:
+        ctx.worker.plan(MethodSpec("sequoia-auto", 16, 6), Settings()).wait(120)  # the acceptance vector
+        path = Path(ctx.worker.cached_profile().source)
+        hidden = path.with_suffix(".away")
+        path.rename(hidden)   # as while the first load still profiles
+        page = Client(url, verbose=False)
+        plan_args = ("sequoia", 16, 6, True, 0, 1)
+        first = page.predict(*plan_args, api_name="/first_plan")
+        assert "needs a device profile" in first[2], first[2]
+        hidden.rename(path)   # the profile is cached
+        _header, plan_line, _tree, status, *_ = page.predict(*plan_args, api_name="/status")
+        assert isinstance(plan_line, str) and "Plan:" in plan_line, plan_line
+        assert isinstance(status, str) and status.startswith("Ready."), status
+    finally:
+        demo.close()
+        ctx.worker.close()
+
+
 # ================================================================== safety
 def _app_main():
     spec = importlib.util.spec_from_file_location("sequoia_app_main", ROOT / "app.py")
