@@ -125,6 +125,12 @@ class Sessions:
             sess.touched = time.time()
             return sess
 
+    def known(self, request: gr.Request | None) -> bool:
+        """Whether this page has a session (get() would make one): events the page did not ask
+        for, arriving after it closed, must not bring its session back."""
+        with self._lock:
+            return (getattr(request, "session_hash", None) or "default") in self._items
+
     def drop(self, request: gr.Request | None) -> None:
         key = getattr(request, "session_hash", None) or "default"
         with self._lock:

@@ -113,8 +113,16 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
         timer.tick(status, plan_inputs, [header, *plan_outputs, pair_info, pair_memory, profile_shown],
                    api_name="status", show_progress="hidden", concurrency_limit=None)
         planner_fn, planner_inputs, planner_outputs = planner_parts["refresh"]
-        profile_shown.change(planner_fn, planner_inputs, planner_outputs, api_name="planner_on_new_profile",
-                             show_progress="hidden", concurrency_limit=None)
+
+        def planner_on_new_profile(*values, request: gr.Request = None):
+            """The Planner tab redrawn for a new pair or profile; not for a page closed meanwhile
+            (its session would come back, with no page left to plan for it)."""
+            if not ctx.sessions.known(request):
+                return {planner_outputs[0]: gr.skip()}
+            return planner_fn(*values, request=request)
+
+        profile_shown.change(planner_on_new_profile, planner_inputs, planner_outputs,
+                             api_name="planner_on_new_profile", show_progress="hidden", concurrency_limit=None)
         demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan",
                   show_progress="hidden", concurrency_limit=None)
         demo.unload(ctx.sessions.drop)

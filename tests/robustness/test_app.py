@@ -458,6 +458,20 @@ def test_the_plan_line_follows_a_device_profile_replaced_after_the_page_planned(
         ctx.worker.close()
 
 
+@pytest.mark.timeout(60)
+def test_a_planner_redraw_for_a_closed_page_does_not_bring_its_session_back(served, client):
+    """The Planner redraw a new profile triggers may arrive after its page closed (its session
+    dropped): it changes nothing and makes no session, which no page would ever plan for (one such
+    session made two browser tests wait in vain for every session's first plan)."""
+    sessions = served["ctx"].sessions
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/first_plan")   # the page opens
+    assert client.session_hash in sessions._items
+    sessions._items.pop(client.session_hash)                               # ... and closes
+    out = client.predict("sequoia", 8, 4, False, 0, 1, 0, "def f(x):", 64, api_name="/planner_on_new_profile")
+    assert client.session_hash not in sessions._items
+    assert all(isinstance(v, dict) and v.get("__type__") == "update" for v in out), str(out)[:300]
+
+
 @pytest.mark.timeout(180)
 def test_a_page_that_planned_before_the_first_profile_says_ready_once_it_is_cached(tmp_path, monkeypatch):
     """A first start: the page opened while the device was being profiled, and its hardware-aware
