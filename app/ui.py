@@ -114,12 +114,15 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                    api_name="status", show_progress="hidden", concurrency_limit=None)
         planner_fn, planner_inputs, planner_outputs = planner_parts["refresh"]
 
-        def planner_on_new_profile(*values, request: gr.Request = None):
+        def planner_on_new_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
+                                   max_new_v=64, request: gr.Request = None):
             """The Planner tab redrawn for a new pair or profile; not for a page closed meanwhile
-            (its session would come back, with no page left to plan for it)."""
+            (its session would come back, with no page left to plan for it). The parameters are
+            named: Gradio passes the request only to a parameter it can see."""
             if not ctx.sessions.known(request):
                 return {planner_outputs[0]: gr.skip()}
-            return planner_fn(*values, request=request)
+            return planner_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
+                              request=request)
 
         profile_shown.change(planner_on_new_profile, planner_inputs, planner_outputs,
                              api_name="planner_on_new_profile", show_progress="hidden", concurrency_limit=None)

@@ -466,6 +466,9 @@ def test_a_planner_redraw_for_a_closed_page_does_not_bring_its_session_back(serv
     sessions = served["ctx"].sessions
     client.predict("sequoia", 8, 4, False, 0, 1, api_name="/first_plan")   # the page opens
     assert client.session_hash in sessions._items
+    # an open page's redraw draws (Gradio passes it the page's request: it did not to a *args handler)
+    drawn = client.predict("sequoia", 8, 4, False, 0, 1, 0, "def f(x):", 64, api_name="/planner_on_new_profile")
+    assert isinstance(drawn[0], str) and drawn[0], str(drawn)[:300]
     sessions._items.pop(client.session_hash)                               # ... and closes
     out = client.predict("sequoia", 8, 4, False, 0, 1, 0, "def f(x):", 64, api_name="/planner_on_new_profile")
     assert client.session_hash not in sessions._items
