@@ -9,6 +9,7 @@ from engine.planning import MethodSpec
 from engine.prompts import Prompt
 from engine.settings import Settings
 from engine.worker import DONE, Worker
+from tests.robustness.served import wait_for
 from tests.tiny import tiny_pair_dirs
 
 SPEC = MethodSpec("sequoia", budget=8, depth=4)
@@ -38,18 +39,10 @@ def worker(tmp_path, monkeypatch):
     w.close()
 
 
-def _wait(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.05)
-
-
 def test_settings_planned_from_an_interpolated_vector_are_measured_while_idle(worker):
     first = worker.quick_plan(SPEC, BETWEEN)
     assert "INTERPOLATED" in first.acceptance_note
-    _wait(lambda: worker.cached_acceptance(0.75) is not None)
+    assert wait_for(lambda: worker.cached_acceptance(0.75) is not None, 60)
     pooled = worker.cached_acceptance(0.75)
     code = profiler.cached_acceptance(worker.pair, 0.75, domain="code")
     prose = profiler.cached_acceptance(worker.pair, 0.75, domain="prose")
@@ -58,7 +51,7 @@ def test_settings_planned_from_an_interpolated_vector_are_measured_while_idle(wo
     assert pooled.temperature == 0.75 and pooled.sampler == "sequoia"
     again = worker.quick_plan(SPEC, BETWEEN)
     assert again.exact and "INTERPOLATED" not in again.acceptance_note and "measured over" in again.acceptance_note
-    _wait(lambda: not worker.refiner.pending() and worker.current is None)
+    assert wait_for(lambda: not worker.refiner.pending() and worker.current is None, 60)
     assert worker.status()["state"] == "idle"
 
 
@@ -87,7 +80,7 @@ def test_a_submitted_job_stops_a_background_unit_and_goes_first(worker, monkeypa
     assert job.wait(30) == 7 and job.state == DONE
     assert order[:2] == ["unit stopped", "user job"]
     # the stopped prompt is measured again later, and the settings complete
-    _wait(lambda: worker.cached_acceptance(0.75) is not None)
+    assert wait_for(lambda: worker.cached_acceptance(0.75) is not None, 60)
     assert calls[:2] == [0, 0] and sorted(set(calls)) == [0, 1]
 
 
@@ -97,7 +90,7 @@ def test_a_failing_unit_drops_its_settings_and_leaves_the_worker_alone(worker, m
 
     monkeypatch.setattr("engine.replay.replay_acceptance", broken)
     worker.quick_plan(SPEC, BETWEEN)
-    _wait(lambda: not worker.refiner.pending())
+    assert wait_for(lambda: not worker.refiner.pending(), 60)
     assert worker.cached_acceptance(0.75) is None and worker.last_error is None
     job = worker.generate("hello", SPEC, Settings(temperature=0.75, max_new_tokens=4))
     job.wait(60)
@@ -189,5 +182,5 @@ def test_slider_moves_postpone_the_background(worker, monkeypatch):
         worker.quick_plan(SPEC, BETWEEN)
         time.sleep(0.1)
     assert not started
-    _wait(lambda: started)
+    assert wait_for(lambda: started, 60)
     assert started[0] - last_move >= 0.95

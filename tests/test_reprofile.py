@@ -8,15 +8,8 @@ import pytest
 
 from engine import profiler, refine, reprofile
 from engine.worker import DONE, Worker
+from tests.robustness.served import wait_for
 from tests.tiny import tiny_pair_dirs
-
-
-def _wait(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.05)
 
 
 def _with_spread(prof, spread: float):
@@ -75,12 +68,12 @@ def _spy(monkeypatch, result_spread, first_until_stopped=False):
 
 def test_a_noisy_cached_profile_is_timed_again_over_the_same_sizes_and_replaced(worker):
     worker.quiet.set()
-    _wait(lambda: profiler.cached_profile(worker.pair).measured_at != worker.seeded.measured_at)
+    assert wait_for(lambda: profiler.cached_profile(worker.pair).measured_at != worker.seeded.measured_at, 60)
     new = profiler.cached_profile(worker.pair)
     assert sorted(new.target_seconds) == sorted(worker.seeded.target_seconds) == [1, 2, 3, 4]
     assert sorted(new.draft_seconds) == [1, 2, 3, 4] and new.prefix_tokens == worker.seeded.prefix_tokens
     assert new.quality["worst_spread"] < 9.0 and new.quality["load_average_before"] is not None
-    _wait(lambda: worker.current is None)
+    assert wait_for(lambda: worker.current is None, 60)
     assert worker.status()["state"] == "idle" and worker.last_error is None
 
 
@@ -95,7 +88,7 @@ def test_the_try_shows_in_the_status_and_a_result_no_better_keeps_the_cached_pro
             seen.append(worker.status())
     monkeypatch.setattr(worker, "_note_item", note)
     worker.quiet.set()
-    _wait(lambda: len(calls) >= reprofile.MAX_TRIES)
+    assert wait_for(lambda: len(calls) >= reprofile.MAX_TRIES, 60)
     time.sleep(1.0)  # idle waits pass: no more tries once MAX_TRIES are done
     assert len(calls) == reprofile.MAX_TRIES and not worker.profile_timed_again()
     assert profiler.cached_profile(worker.pair).measured_at == worker.seeded.measured_at
@@ -118,21 +111,22 @@ def test_a_busy_machine_postpones_the_try(worker, monkeypatch):
     time.sleep(1.0)   # idle, but busy: looked at every RECHECK_SECONDS, never tried
     assert calls == [] and worker.profile_timed_again()
     worker.quiet.set()
-    _wait(lambda: calls)
-    assert profiler.cached_profile(worker.pair).quality["worst_spread"] == 0.02
+    # the spy records a try as it starts: wait for the try's profile to be saved, not for its start
+    assert wait_for(lambda: profiler.cached_profile(worker.pair).quality["worst_spread"] == 0.02, 60)
+    assert len(calls) == 1
 
 
 def test_a_submitted_job_stops_the_try_and_the_cached_profile_stays(worker, monkeypatch):
     calls = _spy(monkeypatch, result_spread=9.5, first_until_stopped=True)
     worker.quiet.set()
-    _wait(lambda: calls and worker.current is not None and worker.current.background)
+    assert wait_for(lambda: calls and worker.current is not None and worker.current.background, 60)
     order = []
     job = worker.submit("user job", lambda ctx: order.append("user job") or 7)
     assert job.wait(30) == 7 and job.state == DONE
     assert profiler.cached_profile(worker.pair).measured_at == worker.seeded.measured_at
     assert order == ["user job"] and worker.last_error is None
     # a stopped try is not counted: it starts again once idle, then MAX_TRIES complete (no better)
-    _wait(lambda: len(calls) >= 1 + reprofile.MAX_TRIES)
+    assert wait_for(lambda: len(calls) >= 1 + reprofile.MAX_TRIES, 60)
     time.sleep(1.0)
     assert len(calls) == 1 + reprofile.MAX_TRIES
     assert profiler.cached_profile(worker.pair).measured_at == worker.seeded.measured_at
@@ -163,7 +157,7 @@ def test_a_failing_try_is_counted_and_the_worker_goes_on(worker, monkeypatch):
 
     monkeypatch.setattr(profiler, "profile_device", broken)
     worker.quiet.set()
-    _wait(lambda: len(calls) >= reprofile.MAX_TRIES)
+    assert wait_for(lambda: len(calls) >= reprofile.MAX_TRIES, 60)
     time.sleep(1.0)
     assert len(calls) == reprofile.MAX_TRIES and worker.last_error is None
     assert worker.submit("user job", lambda ctx: 7).wait(30) == 7
