@@ -9,6 +9,7 @@ from app import plots, render
 from app.live import LIGHT, MODEL, failure_message, progress_text
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
+from engine.settings import MAX_NEW_TOKENS
 from engine.tree import TreeError
 from engine.jobs import LaneEvent, Note, Progress
 
@@ -93,7 +94,7 @@ def build(ctx: AppContext) -> dict:
                 top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off; applied after temperature, before top-p)")
                 top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
             with gr.Row():
-                max_new = gr.Number(value=64, precision=0, minimum=1, label="Max new tokens")
+                max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens")
                 seed = gr.Number(value=0, precision=0, minimum=0, label="Seed")
             with gr.Row():
                 start = gr.Button("Start race", variant="primary", elem_id="sq-race-start")

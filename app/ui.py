@@ -110,8 +110,12 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
         # tab (its profile chart and caption, the speedups), which otherwise waits for a tab select
         profile_shown = gr.State(None)
         timer = gr.Timer(STATUS_EVERY)
+        # preprocess=False: the tick must not check the page's fields every second. A bad value (max
+        # new tokens -5) raised an error pop-up per tick, for as long as the field held it; the
+        # user's edit and Generate report it once each, and a plan the tick makes says it in the
+        # status line (settings_from / spec_from check the raw values)
         timer.tick(status, plan_inputs, [header, *plan_outputs, pair_info, pair_memory, profile_shown],
-                   api_name="status", show_progress="hidden", concurrency_limit=None)
+                   api_name="status", show_progress="hidden", concurrency_limit=None, preprocess=False)
         planner_fn, planner_inputs, planner_outputs = planner_parts["refresh"]
 
         def planner_on_new_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None,
@@ -134,6 +138,11 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
     return demo
 
 
+def _shown(x: float) -> str:
+    """A bound or value as typed: 8192 and 1000000, not 8192.0 and 1e+06."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def _guarded_preprocess(self, payload):
     """A number field's value from a request: a finite number, else a clear message (Gradio's own
     check lets NaN through and fails on strings with a bare TypeError)."""
@@ -145,6 +154,10 @@ def _guarded_preprocess(self, payload):
             raise gr.Error(f"{name} must be a finite number (got {payload})")
         if getattr(self, "precision", None) == 0 and payload != int(payload):
             raise gr.Error(f"{name} must be a whole number (got {payload})")
+        if self.minimum is not None and payload < self.minimum:   # Gradio's own message names no field
+            raise gr.Error(f"{name} must be at least {_shown(self.minimum)} (got {_shown(payload)})")
+        if self.maximum is not None and payload > self.maximum:
+            raise gr.Error(f"{name} must be at most {_shown(self.maximum)} (got {_shown(payload)})")
     return type(self).preprocess(self, payload)
 
 

@@ -32,23 +32,23 @@ from gradio_client import Client, handle_file  # noqa: E402
 BAD_GENERATE = [
     ("empty prompt", dict(prompt=""), "prompt is empty"),
     ("whitespace prompt", dict(prompt="  \n\t  "), "prompt is empty"),
-    ("max new tokens 0", dict(max_new_tokens=0), "less than minimum value 1"),
-    ("max new tokens negative", dict(max_new_tokens=-5), "less than minimum value 1"),
-    ("max new tokens huge", dict(max_new_tokens=10**9), "between 1 and 8192"),
+    ("max new tokens 0", dict(max_new_tokens=0), r"Max new tokens must be at least 1 \(got 0\)"),
+    ("max new tokens negative", dict(max_new_tokens=-5), r"Max new tokens must be at least 1 \(got -5\)"),
+    ("max new tokens huge", dict(max_new_tokens=10**9), r"Max new tokens must be at most 8192 \(got 1000000000\)"),
     ("max new tokens fraction", dict(max_new_tokens=2.5), "Max new tokens must be a whole number"),
-    ("budget 0", dict(budget=0), "less than minimum value 1"),
-    ("budget above the maximum", dict(budget=129), "greater than maximum value 128"),
+    ("budget 0", dict(budget=0), r"Tree budget n .* must be at least 1 \(got 0\)"),
+    ("budget above the maximum", dict(budget=129), r"Tree budget n .* must be at most 128 \(got 129\)"),
     ("budget not a number", dict(budget="lots"), "must be a number"),
-    ("depth 0", dict(depth=0), "less than minimum value 1"),
-    ("depth above the maximum", dict(depth=17), "greater than maximum value 16"),
-    ("temperature negative", dict(temperature=-0.5), "less than minimum value 0"),
-    ("temperature huge", dict(temperature=1e6), "greater than maximum value 2"),
+    ("depth 0", dict(depth=0), "must be at least 1 "),
+    ("depth above the maximum", dict(depth=17), "must be at most 16 "),
+    ("temperature negative", dict(temperature=-0.5), r"Temperature .* must be at least 0 \(got -0.5\)"),
+    ("temperature huge", dict(temperature=1e6), "must be at most 2 "),
     ("temperature too small to sample", dict(temperature=0.001), "too small to sample"),
-    ("top-p 0", dict(top_p=0), "less than minimum value 0.05"),
-    ("top-p above 1", dict(top_p=1.5), "greater than maximum value 1"),
+    ("top-p 0", dict(top_p=0), "must be at least 0.05 "),
+    ("top-p above 1", dict(top_p=1.5), "must be at most 1 "),
     ("seed not a number", dict(seed="abc"), "Seed must be a number"),
     ("seed not an integer", dict(seed=1.5), "Seed must be a whole number"),
-    ("seed negative", dict(seed=-3), "less than minimum value 0"),
+    ("seed negative", dict(seed=-3), r"Seed must be at least 0 \(got -3\)"),
     ("seed too large", dict(seed=2**70), "seed must be a non-negative integer"),
     ("unknown method", dict(method="beam"), "beam"),
 ]
@@ -375,6 +375,24 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading():
     finally:
         demo.close()
         ctx.worker.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_header_tick_does_not_refuse_a_bad_field_every_second(served, jobs):
+    """A field holding a bad value (max new tokens -5 or 2.5, a budget typed past its slider) is
+    refused once per edit and per Generate; the header's tick, every second, must neither raise
+    (it did: one error pop-up a second) nor stop updating the header. A plan the tick makes with
+    such a value says why in the status line."""
+    for bad in [dict(max_new=-5), dict(max_new=2.5), dict(max_new=None), dict(budget=500)]:
+        values = {"budget": 8, "max_new": 64, **bad}
+        page = Client(served["url"], verbose=False)   # a new page: the tick plans for it once
+        args = ("sequoia", values["budget"], 4, False, 0, 1, 0, "hello", values["max_new"])
+        header, plan_line, _tree, status, *_ = page.predict(*args, api_name="/status")
+        assert str(served["target"]) in header, header
+        assert isinstance(status, str) and ("max new tokens" in status or "budget" in status), (bad, status)
+        header, plan_line, _tree, status, *_ = page.predict(*args, api_name="/status")   # later ticks
+        assert str(served["target"]) in header and not isinstance(status, str), (bad, status)
+    assert jobs == []
 
 
 @pytest.mark.timeout(180)
