@@ -442,6 +442,8 @@ class Worker:
         job.state, job.started_at = RUNNING, time.time()
         try:
             self._run(job)
+            if job.state == DONE and not job.background:
+                self.last_error = None   # the header's warning is about the worker now, not for good
         except BaseException as exc:  # noqa: BLE001 - the worker must survive any job
             if isinstance(exc, profiler.Stopped):
                 job._finish(STOPPED)

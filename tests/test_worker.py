@@ -12,6 +12,7 @@ from engine.tree import Tree
 from engine.jobs import Note, Progress
 from engine.planning import MethodSpec, NeedsMeasurement
 from engine.worker import DONE, FAILED, STOPPED, Worker
+from tests.robustness.served import wait_for
 from tests.tiny import tiny_pair_dirs
 
 LONG = Settings(max_new_tokens=200, ignore_eos=True)
@@ -149,9 +150,16 @@ def test_failed_job_then_good_job(worker):
     empty = worker.generate("   ", MethodSpec("ar"), Settings())
     with pytest.raises(UserError, match="empty"):
         empty.wait(10)
+    assert worker.status()["last_error"].startswith("generate")   # the header says what failed last
+    stopped = worker.submit("stopped", lambda ctx: None)
+    stopped.stop()
+    stopped.wait(10)
+    assert worker.status()["last_error"], "a stopped job says nothing of the worker's health"
     good = steps(worker.generate("hello", MethodSpec("specinfer", budget=7, depth=3),
                                  Settings(max_new_tokens=12, ignore_eos=True)))
     assert good[-1].done and good[-1].total_tokens == 12
+    # ... until a later job has gone through: the header no longer warns for good of a typo made once
+    assert wait_for(lambda: worker.status()["last_error"] is None)
 
 
 def test_bad_spec_is_refused_before_queueing(worker):
