@@ -185,6 +185,12 @@ def couples_rows(report: dict) -> bool:
     return bool(report.get("linears", {}).get("int8"))
 
 
+def rounds_to(report: dict) -> torch.dtype | None:
+    """bfloat16 when a model's NF4 linears round its activations and outputs to it (engine/nf4.py:
+    the kernel takes and gives bfloat16), else None (its linears keep the model's dtype)."""
+    return torch.bfloat16 if report.get("linears", {}).get("nf4") else None
+
+
 def couples_rows_when_packed(role: str) -> bool:
     """pack() may give the draft int8 linears, whose per-call activation scale couples the rows of
     a call (its NF4 kernel does not: tests/test_cpu_kernels.py); the target's never do."""

@@ -88,6 +88,12 @@ class ModelPair:
         for the draft only; see engine/cpu_kernels.py.)"""
         return cpu_kernels_mod.couples_rows(self.cpu_kernels.get(role, {}))
 
+    def precision(self, role: str) -> torch.dtype:
+        """The dtype whose rounding this model's outputs carry: bfloat16 for a draft on the NF4
+        kernel (engine/nf4.py), else the pair's dtype. Checks comparing two ways of computing the
+        same logits allow for it (engine/check/structure_check.py)."""
+        return cpu_kernels_mod.rounds_to(self.cpu_kernels.get(role, {})) or self.dtype
+
     def model_bytes(self) -> int:
         """Bytes of weights held: parameters, buffers and packed CPU weights."""
         total = 0

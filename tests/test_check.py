@@ -182,3 +182,44 @@ def test_cli_json_and_exit_status(tmp_path, capsys):
     assert "estimated time" in out.err
     assert cli.main(["check", "--methods", "beam"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ a draft on the NF4 kernel
+# 62 characters: vocabulary 64, so the NF4 kernel (out features by 32) takes the draft's head too and
+# no int8 linear is left: its rows are independent and its KV commit is judged, as on the embedded pair
+ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+def _all_nf4_pair():
+    from engine import nf4
+    from engine.models import load_pair
+    if DEVICE != "cpu" or not nf4.available():
+        pytest.skip("no bitsandbytes NF4 kernel on this CPU (AVX512-BF16)")
+    draft, target = tiny_pair_dirs("llama64", ALNUM, 0.15, 0, "float16")
+    pair = load_pair(str(draft), str(target), device="cpu", dtype="float32", cpu_kernels="fast", draft_weights="nf4")
+    assert set(pair.cpu_kernels["draft"]["linears"]) == {"nf4"} and not pair.rows_coupled("draft")
+    return pair
+
+
+def _kv_item(report):
+    return next(i for i in report.items if i.name == "KV commit")
+
+
+def test_an_nf4_draft_is_judged_at_bfloat16s_tolerance(monkeypatch):
+    """The NF4 kernel rounds the draft's activations and logits to bfloat16, so a token's logits
+    from the committed cache and from a fresh forward may differ by bfloat16's rounding (on the
+    embedded pair: total variation 0.015, one bfloat16 step of a logit, and "Check this pair" said
+    the default pair was NOT lossless; that pair's own check is a slow test in test_embedded.py).
+    The draft is judged at bfloat16's tolerance; a broken commit still fails on the draft's side."""
+    pair = _all_nf4_pair()
+    cfg = config(prompts=["abcABC0123", "the quick brown fox"], sections=("structure",), methods=("sequoia",),
+                 kv_steps=8)
+    kv = _kv_item(check.run_check(pair, cfg))
+    assert kv.status == "pass", kv.message
+    assert kv.details["tolerance_tv"] == {"target": 1e-3, "draft": check.KV_TOLERANCE[torch.bfloat16]}
+    original = attention.commit
+    monkeypatch.setattr(attention, "commit", lambda cache, prefix, rows: original(
+        cache, prefix, list(range(prefix, prefix + len(rows)))))   # keeps the first tree rows
+    broken = _kv_item(check.run_check(pair, cfg))
+    assert broken.status == "fail" and broken.details["max_tv"]["draft"] > check.KV_TOLERANCE[torch.bfloat16], \
+        broken.details

@@ -432,6 +432,12 @@ def test_real_default_pair_greedy_sequoia_equals_target(real_cache):
     out, events = generate_ids(pair, ids, methods.sequoia(tree), Settings(max_new_tokens=16))
     assert out == reference
     assert events[-1].total_steps < len(out)  # the draft's tokens were really accepted
+    # the same pair passes the structure part of "Check this pair" (masks, tokenizer, KV commit): with
+    # the NF4 draft (AVX512-BF16 CPUs) its KV commit read FAIL, the draft's bfloat16 rounding judged
+    # at float32's tolerance (tests/test_check.py)
+    from engine import check
+    report = check.run_check(pair, check.CheckConfig(num_prompts=1, sections=("structure",), methods=("sequoia",)))
+    assert report.verdict == "PASS", report.text()
 
 
 def _tiny_gguf(path: Path):
