@@ -327,7 +327,9 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
                            hovertemplate="rank %{x}: P = %{y:.3f}<extra>posterior</extra>"))
     return _figure(traces, _layout(
         height, title, barmode="group", bargap=0.25,
-        legend=dict(orientation="h", yanchor="top", y=-0.28, xanchor="left", x=0),
+        # at the figure's foot, not at a fraction of the plot area's height below it: a legend of
+        # several lines shrinks that area, and the fraction then put it over the axis title
+        legend=dict(orientation="h", yref="container", yanchor="bottom", y=0, xanchor="left", x=0),
         xaxis=dict(title=dict(text="rank among siblings"), dtick=1, gridcolor=GRID),
         yaxis=dict(title=dict(text="P(rank accepted)"), rangemode="tozero", gridcolor=GRID)))
 

@@ -71,6 +71,10 @@ def test_live_generation_draws_the_tree(url, page, tmp_path):
     assert markers >= 2, f"no tree drawn ({markers} markers)"
     assert "Step " in page.locator("#sq-tree").inner_text()
     assert page.locator("#sq-text .sq-step").count() > 2  # text shaded by step
+    # the acceptance chart's legend (prior, observed, posterior: several lines in this column) sat
+    # over its axis title when placed at a fraction of the plot area's height
+    legend, axis_title = (page.locator(f"#sq-acc {css}").first.bounding_box() for css in (".legend", ".xtitle"))
+    assert legend and axis_title and legend["y"] >= axis_title["y"] + axis_title["height"] - 1, (legend, axis_title)
     page.evaluate("window.scrollTo(0, 0)")
     shot = tmp_path / "live.png"
     page.screenshot(path=str(shot))
