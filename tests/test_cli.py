@@ -48,6 +48,29 @@ def test_generate_num_samples(dirs):
     assert len(samples) == 3 and all(1 <= len(s) <= 4 for s in samples)
 
 
+def test_generate_auto_plans_for_this_device_and_stays_exact(dirs, capsys):
+    """--auto: the app's default method (hardware-aware Sequoia) from the CLI; the device is
+    profiled first when no profile is cached (each test process has its own cache)."""
+    draft, target = dirs
+    from engine.cli import main
+    assert main(["generate", "--draft", str(draft), "--target", str(target), "--prompt", "hello world", "--auto",
+                 "--budget", "8", "--depth", "4", "--max-new-tokens", "16", "--ignore-eos", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["method"] == "sequoia-auto" and "hardware-aware" in result["label"], result["label"]
+    tree = result["tree"]
+    assert len(tree) <= 8 and max(_depth(tree, i) for i in range(len(tree))) <= 4, tree
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok, model = AutoTokenizer.from_pretrained(target), AutoModelForCausalLM.from_pretrained(target)
+    ids = tok("hello world")["input_ids"]
+    ref = model.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False, eos_token_id=None, pad_token_id=0)
+    assert result["token_ids"] == ref[0, len(ids):].tolist()
+
+
+def _depth(parents: list[int], node: int) -> int:
+    """Levels from the root to `node`, both counted."""
+    return 1 if parents[node] < 0 else 1 + _depth(parents, parents[node])
+
+
 def test_tree_file(dirs, tmp_path):
     draft, target = dirs
     tree = tmp_path / "tree.json"
@@ -68,6 +91,8 @@ BAD = [
     (["--prompt", "x", "--top-p", "1.5"], "top-p"),
     (["--prompt", "x", "--max-new-tokens", "0"], "max new tokens"),
     (["--prompt", "x", "--method", "chain", "--depth", "0"], "depth"),
+    (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),
+    (["--prompt", "x", "--tree", "t.json", "--auto"], "leave out --tree"),
 ]
 
 

@@ -28,6 +28,9 @@ def register(sub) -> None:
                    help="tree levels counting the root (chain/specinfer default 5, Sequoia default 8)")
     p.add_argument("--width", type=int, default=4, help="SpecInfer: independent chains under the root")
     p.add_argument("--tree", default=None, help="Sequoia: a tree JSON file or an original growmap .pt")
+    p.add_argument("--auto", action="store_true",
+                   help="Sequoia, hardware-aware (the app's default): the planner picks n <= --budget and "
+                        "d <= --depth from this device's profile (timed first if none is cached)")
     add_sampling_args(p)
     p.add_argument("--num-samples", type=int, default=1, help="independent samples from the same prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -39,6 +42,8 @@ def register(sub) -> None:
 
 def spec_from_args(args) -> MethodSpec:
     depth = args.depth
+    if args.auto and args.method != "sequoia":
+        raise UserError(f"--auto plans Sequoia trees; it does not apply to --method {args.method}")
     if args.method == "ar":
         return MethodSpec("ar", 1, 1)
     if args.method in ("chain", "specinfer"):
@@ -48,10 +53,12 @@ def spec_from_args(args) -> MethodSpec:
         return MethodSpec(args.method, 1 + width * (depth - 1) if args.method == "specinfer" else depth, depth,
                           width=args.width if args.method == "specinfer" else None)
     if args.tree:
+        if args.auto:
+            raise UserError("--auto plans the tree itself: leave out --tree")
         return MethodSpec("tree", tree=load_tree_file(args.tree))
     depth = 8 if depth is None else depth
     check_shape(args.budget, depth)
-    return MethodSpec("sequoia", args.budget, depth)
+    return MethodSpec("sequoia-auto" if args.auto else "sequoia", args.budget, depth)
 
 
 def method_from_args(args, pair, settings, learn: bool = False, prompt_ids: list[int] | None = None):
