@@ -18,6 +18,7 @@ from engine import interpolation
 from engine import planning
 from engine.errors import UserError
 from engine.jobs import Progress
+from engine.models import servable_name
 from engine.planning import NeedsMeasurement, table_for
 from engine.tree import TreeError
 
@@ -201,7 +202,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             pair = worker.pair
             write_exports(t, stem, {"label": result.method.label, "expected_tokens": result.expected_tokens,
                                     "acceptance_note": result.acceptance_note},
-                          draft=getattr(pair, "draft_name", None), target=getattr(pair, "target_name", None))
+                          draft=servable_name(pair, "draft"), target=servable_name(pair, "target"))
             choice = _export_choice(request)
             choice["stem"] = stem
             out[export] = _export_path(choice)

@@ -52,6 +52,10 @@ class ModelPair:
     probe: dict = field(default_factory=dict)  # tree-mask probe results, shown by `check`
     kv_window: int | None = None         # smallest sliding window of either model's cache, if any
     cpu_kernels: dict = field(default_factory=dict)  # role -> what engine.cpu_kernels did to that model
+    # what another program loads for each model (exports): the id or folder as given; for the
+    # embedded pair its converted folder, since its display names are no hub ids
+    draft_source: str | None = None
+    target_source: str | None = None
 
     @property
     def has_chat_template(self) -> bool:
@@ -100,6 +104,12 @@ class ModelPair:
         for model in (self.draft, self.target):
             total += sum(t.numel() * t.element_size() for t in model.parameters() if t.device.type != "meta")
         return total + sum(r.get("packed_bytes", 0) for r in self.cpu_kernels.values())
+
+
+def servable_name(pair, role: str) -> str | None:
+    """What a serving engine should load for the pair's `role` model (exports): the id or folder it
+    was loaded from; for the embedded pair its converted folder, since its display name is no id."""
+    return getattr(pair, f"{role}_source", None) or getattr(pair, f"{role}_name", None)
 
 
 def _summarise_map(model) -> dict | None:
@@ -506,7 +516,8 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
         context_limit=min(context_limit(target_model, target_tok), context_limit(draft_model, draft_tok)),
         vocab_size=target_model.get_output_embeddings().weight.shape[0], probe=probe,
         kv_window=min(filter(None, (sliding_window(target_model), sliding_window(draft_model))), default=None),
-        cpu_kernels={"target": target_kernels, "draft": draft_kernels})
+        cpu_kernels={"target": target_kernels, "draft": draft_kernels},
+        draft_source=str(draft_src), target_source=str(target_src))
     report("ready", 1.0, f"pair ready: {pair.draft_name} -> {pair.target_name}")
     return pair
 

@@ -426,6 +426,8 @@ def test_real_default_pair_greedy_sequoia_equals_target(real_cache):
 
     pair = load_pair("default", "default", device="cpu", dtype="float32")
     assert pair.probe["target"]["passed"] and pair.probe["draft"]["passed"]
+    from engine.models import servable_name   # exports name the converted folders, not the display names
+    assert all((Path(servable_name(pair, role)) / "config.json").is_file() for role in ("draft", "target"))
     ids = encode_prompt(pair, "Write a Python function that checks whether a string is a palindrome.")
     reference = pair.target.generate(torch.tensor([ids]), max_new_tokens=16, do_sample=False)[0, len(ids):].tolist()
     tree = Tree.from_branching([4, 2, 1, 1, 1, 1, 1, 0, 0, 1])  # wide at the root, a chain under rank 1

@@ -324,6 +324,18 @@ def test_cli_pair_options_use_the_plan_commands_library_call(capsys, monkeypatch
     assert config["model"] == "org/small" and config["num_speculative_tokens"] == 7
 
 
+def test_exports_name_the_models_as_loaded():
+    """A serving engine must find the models: the id or folder the pair was loaded from (for the
+    embedded pair its converted folders: the slow test in test_embedded.py), not a display name."""
+    from engine.models import servable_name
+    from tests.tiny import load_tiny, tiny_pair_dirs
+    draft, target = tiny_pair_dirs("llama")
+    pair = load_tiny(draft, target)
+    assert (servable_name(pair, "draft"), servable_name(pair, "target")) == (str(draft), str(target))
+    # a pair object without sources (an older caller's) falls back to its names
+    assert servable_name(types.SimpleNamespace(draft_name="org/small"), "draft") == "org/small"
+
+
 # ---------- Planner tab files ----------
 def test_planner_tab_writes_every_format_it_offers(tmp_path, monkeypatch):
     from app import planner_tab

@@ -59,8 +59,9 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
 def _pair_tree(args) -> tuple[Tree, str, str]:
     """The tree `plan` would print for these pair options (the same library calls)."""
+    from engine.models import servable_name   # with the pair: the models module loads torch
     result, pair = plan.plan_with_pair(args)
-    return result.tree, pair.draft_name, pair.target_name
+    return result.tree, servable_name(pair, "draft"), servable_name(pair, "target")
 
 
 def run(args: argparse.Namespace) -> int:
