@@ -420,7 +420,9 @@ class Worker:
                     if self._pending:  # a job arrived just now: it goes first (submit() checks under this lock)
                         continue
                     self._current = job
-                    self._activity = {"message": "background: starting", "fraction": None, "step": None}
+                    # until its first progress line says more: which task (the header showed "starting")
+                    what = task.job_name.replace(" (background)", "")
+                    self._activity = {"message": f"background: {what}, starting", "fraction": None, "step": None}
                 self._execute(job)
                 continue
             if job is None:

@@ -78,8 +78,14 @@ def test_a_noisy_cached_profile_is_timed_again_over_the_same_sizes_and_replaced(
 
 
 def test_the_try_shows_in_the_status_and_a_result_no_better_keeps_the_cached_profile(worker, monkeypatch):
-    seen = []
+    seen, before = [], []
     calls = _spy(monkeypatch, result_spread=9.5)
+    spy = profiler.profile_device
+
+    def first_look(*args, **kwargs):   # the header before the try's first progress line: which task
+        before.append(worker.status()["message"])
+        return spy(*args, **kwargs)
+    monkeypatch.setattr(profiler, "profile_device", first_look)
     original = worker._note_item
 
     def note(job, item):
@@ -95,6 +101,7 @@ def test_the_try_shows_in_the_status_and_a_result_no_better_keeps_the_cached_pro
     assert calls[0] == {"max_budget": 4, "max_width": 4, "prefix_tokens": worker.seeded.prefix_tokens, "repeats": 1}
     assert seen and seen[0]["state"] == "idle" and "profiling this device again" in seen[0]["message"]
     assert "900 %" in seen[0]["message"]
+    assert before[0] == "idle · background: re-profile the device, starting", before
 
 
 def test_a_quiet_profile_is_left_alone(worker, monkeypatch):
