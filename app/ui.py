@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import math
-import types
 import weakref
 
 import gradio as gr
@@ -133,7 +132,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
         demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan",
                   show_progress="hidden", concurrency_limit=None)
         demo.unload(ctx.sessions.drop)
-    guard_numbers(demo)
+    guard_numbers()
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     return demo
 
@@ -143,26 +142,36 @@ def _shown(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _guarded_preprocess(self, payload):
-    """A number field's value from a request: a finite number, else a clear message (Gradio's own
-    check lets NaN through and fails on strings with a bare TypeError)."""
-    if payload is not None:
-        name = self.label or "a number field"
-        if isinstance(payload, bool) or not isinstance(payload, (int, float)):
-            raise gr.Error(f"{name} must be a number (got {str(repr(payload))[:40]})")
-        if not math.isfinite(payload):
-            raise gr.Error(f"{name} must be a finite number (got {payload})")
-        if getattr(self, "precision", None) == 0 and payload != int(payload):
-            raise gr.Error(f"{name} must be a whole number (got {payload})")
-        if self.minimum is not None and payload < self.minimum:   # Gradio's own message names no field
-            raise gr.Error(f"{name} must be at least {_shown(self.minimum)} (got {_shown(payload)})")
-        if self.maximum is not None and payload > self.maximum:
-            raise gr.Error(f"{name} must be at most {_shown(self.maximum)} (got {_shown(payload)})")
-    return type(self).preprocess(self, payload)
+def _refuse_bad_number(block, payload) -> None:
+    """A number field's value from a request: a finite number within the field's bounds, else a
+    message naming the field (Gradio's own check lets NaN through, fails on strings with a bare
+    TypeError and names no field)."""
+    if payload is None:
+        return
+    name = block.label or "a number field"
+    if isinstance(payload, bool) or not isinstance(payload, (int, float)):
+        raise gr.Error(f"{name} must be a number (got {str(repr(payload))[:40]})")
+    if not math.isfinite(payload):
+        raise gr.Error(f"{name} must be a finite number (got {payload})")
+    if getattr(block, "precision", None) == 0 and payload != int(payload):
+        raise gr.Error(f"{name} must be a whole number (got {payload})")
+    if block.minimum is not None and payload < block.minimum:
+        raise gr.Error(f"{name} must be at least {_shown(block.minimum)} (got {_shown(payload)})")
+    if block.maximum is not None and payload > block.maximum:
+        raise gr.Error(f"{name} must be at most {_shown(block.maximum)} (got {_shown(payload)})")
 
 
-def guard_numbers(demo: gr.Blocks) -> None:
-    """Every Number and Slider of the page refuses NaN, infinities and non-numbers by name."""
-    for block in demo.blocks.values():
-        if isinstance(block, (gr.Number, gr.Slider)):
-            block.preprocess = types.MethodType(_guarded_preprocess, block)
+def guard_numbers() -> None:
+    """Every Number and Slider refuses NaN, infinities, non-numbers and out-of-bounds values by
+    name. On the classes, not the page's instances: Gradio rebuilds a component from its class
+    each time a handler updates its properties (the Replay slider's maximum, or any output a
+    dict-yield leaves out), and an instance's guard was lost with it. Done once per process."""
+    for cls in (gr.Number, gr.Slider):
+        if getattr(cls.preprocess, "guarded", False):
+            continue
+
+        def guarded(self, payload, _original=cls.preprocess):
+            _refuse_bad_number(self, payload)
+            return _original(self, payload)
+        guarded.guarded = True
+        cls.preprocess = guarded
