@@ -119,7 +119,7 @@ class Run:
                                                                     carried, "<br>" if carried else " ")
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
-                                           posterior_name=post_name, height=260 + 14 * post_name.count("<br>"),
+                                           posterior_name=post_name, height=260 + 16 * post_name.count("<br>"),
                                            title="Acceptance by rank: prior, observed, posterior (learning)")
         return plots.acceptance_figure(planned, observed, ci=vec.ci95 if vec is not None else None,
                                        planned_name=name, title="Acceptance by rank: planned vs observed")

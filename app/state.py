@@ -3,6 +3,7 @@ context every tab gets. Nothing here touches a model: model work goes through en
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -177,8 +178,10 @@ def _int(value, name: str) -> int:
         raise UserError(f"{name} is empty")
     try:
         f = float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a whole number (got {value!r})") from None
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{name} must be a whole number (got {str(value)[:40]})") from None
+    if not math.isfinite(f):
+        raise UserError(f"{name} must be a finite number (got {value})")
     if f != int(f):
         raise UserError(f"{name} must be a whole number (got {value})")
     return int(f)
@@ -188,9 +191,12 @@ def _float(value, name: str) -> float:
     if value is None or value == "":
         raise UserError(f"{name} is empty")
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise UserError(f"{name} must be a number (got {value!r})") from None
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise UserError(f"{name} must be a number (got {str(value)[:40]})") from None
+    if not math.isfinite(f):
+        raise UserError(f"{name} must be a finite number (got {value})")
+    return f
 
 
 def settings_from(temperature, top_p, max_new_tokens=64, seed=0, top_k=0) -> Settings:

@@ -4,6 +4,7 @@ Every event has an api_name, so gradio_client can do whatever the page does. Mod
 in one Gradio concurrency group ("model", one at a time) on top of the worker's own queue."""
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import weakref
@@ -84,12 +85,24 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             if sess.running or (sess.aux is not None and not sess.aux.done):
                 return out
             had_run = sess.live_run_on_screen()
+            # the tick reads the fields raw (preprocess=False): their bounds are checked here, as an
+            # edit of the field would check them, and a bad one is said once in the status line
+            values = (method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v)
             try:
-                planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
-            except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
-                log.exception("planning for the newly loaded pair failed")
+                for block, value in zip(plan_inputs, values):
+                    if isinstance(block, (gr.Number, gr.Slider)):
+                        _refuse_bad_number(block, value)
+            except gr.Error as exc:
                 sess.plan_pair, sess.plan_profile = weakref.ref(pair), ctx.worker.profile_stamp()
-                return out
+                planned = {live_parts["status"]: f"! {exc.message} — no plan for the new pair or profile yet"}
+            else:
+                try:
+                    planned = first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v,
+                                         max_new_v, request)
+                except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
+                    log.exception("planning for the newly loaded pair failed")
+                    sess.plan_pair, sess.plan_profile = weakref.ref(pair), ctx.worker.profile_stamp()
+                    return out
             if not planned or sess.running:
                 return out   # a run started meanwhile (first_plan says nothing then): its own plan stays
             if plan_md not in planned:
@@ -138,8 +151,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
 
 
 def _shown(x: float) -> str:
-    """A bound or value as typed: 8192 and 1000000, not 8192.0 and 1e+06."""
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+    """A bound or value as typed: 8192 and 1000000, not 8192.0 and 1e+06 (1e+20 stays short)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def _refuse_bad_number(block, payload) -> None:
@@ -151,8 +164,12 @@ def _refuse_bad_number(block, payload) -> None:
     name = block.label or "a number field"
     if isinstance(payload, bool) or not isinstance(payload, (int, float)):
         raise gr.Error(f"{name} must be a number (got {str(repr(payload))[:40]})")
-    if not math.isfinite(payload):
-        raise gr.Error(f"{name} must be a finite number (got {payload})")
+    try:
+        finite = math.isfinite(payload)
+    except OverflowError:   # an integer too large for a float
+        finite = False
+    if not finite:
+        raise gr.Error(f"{name} must be a finite number (got {str(payload)[:40]})")
     if getattr(block, "precision", None) == 0 and payload != int(payload):
         raise gr.Error(f"{name} must be a whole number (got {payload})")
     if block.minimum is not None and payload < block.minimum:
@@ -170,6 +187,7 @@ def guard_numbers() -> None:
         if getattr(cls.preprocess, "guarded", False):
             continue
 
+        @functools.wraps(cls.preprocess)   # Gradio reads the signature and docstring
         def guarded(self, payload, _original=cls.preprocess):
             _refuse_bad_number(self, payload)
             return _original(self, payload)

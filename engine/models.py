@@ -106,6 +106,12 @@ class ModelPair:
         return total + sum(r.get("packed_bytes", 0) for r in self.cpu_kernels.values())
 
 
+def _as_loaded(source) -> str:
+    """A local folder as an absolute path (an export's command may run elsewhere), else the id."""
+    path = Path(str(source)).expanduser()
+    return str(path.resolve()) if path.exists() else str(source)
+
+
 def servable_name(pair, role: str) -> str | None:
     """What a serving engine should load for the pair's `role` model (exports): the id or folder it
     was loaded from; for the embedded pair its converted folder, since its display name is no id."""
@@ -517,7 +523,7 @@ def load_pair(draft: str = DEFAULT, target: str = DEFAULT, device: str | None = 
         vocab_size=target_model.get_output_embeddings().weight.shape[0], probe=probe,
         kv_window=min(filter(None, (sliding_window(target_model), sliding_window(draft_model))), default=None),
         cpu_kernels={"target": target_kernels, "draft": draft_kernels},
-        draft_source=str(draft_src), target_source=str(target_src))
+        draft_source=_as_loaded(draft_src), target_source=_as_loaded(target_src))
     report("ready", 1.0, f"pair ready: {pair.draft_name} -> {pair.target_name}")
     return pair
 

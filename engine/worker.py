@@ -444,8 +444,6 @@ class Worker:
         job.state, job.started_at = RUNNING, time.time()
         try:
             self._run(job)
-            if job.state == DONE and not job.background:
-                self.last_error = None   # the header's warning is about the worker now, not for good
         except BaseException as exc:  # noqa: BLE001 - the worker must survive any job
             if isinstance(exc, profiler.Stopped):
                 job._finish(STOPPED)
@@ -477,7 +475,9 @@ class Worker:
         else:
             result = out
         stopped = job._stop.is_set() and (result is None or getattr(result, "finish_reason", None) == "stopped")
-        job._finish(STOPPED if stopped else DONE, result=result)
+        if not stopped and not job.background:
+            self.last_error = None   # the header's warning is about the worker now, not for good
+        job._finish(STOPPED if stopped else DONE, result=result)   # (after it: a waiter reads the new state)
 
 
 def _prompt_ids(pair, prompt: str | None) -> list[int] | None:

@@ -57,6 +57,7 @@ def test_generate_auto_plans_for_this_device_and_stays_exact(dirs, capsys):
                  "--budget", "8", "--depth", "4", "--max-new-tokens", "16", "--ignore-eos", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["method"] == "sequoia-auto" and "hardware-aware" in result["label"], result["label"]
+    assert result["auto_bounds"] == {"budget": 8, "depth": 4}
     tree = result["tree"]
     assert len(tree) <= 8 and max(_depth(tree, i) for i in range(len(tree))) <= 4, tree
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -331,7 +331,8 @@ def test_exports_name_the_models_as_loaded():
     from tests.tiny import load_tiny, tiny_pair_dirs
     draft, target = tiny_pair_dirs("llama")
     pair = load_tiny(draft, target)
-    assert (servable_name(pair, "draft"), servable_name(pair, "target")) == (str(draft), str(target))
+    assert (servable_name(pair, "draft"), servable_name(pair, "target")) == (str(draft.resolve()),
+                                                                             str(target.resolve()))
     # a pair object without sources (an older caller's) falls back to its names
     assert servable_name(types.SimpleNamespace(draft_name="org/small"), "draft") == "org/small"
 

@@ -151,15 +151,20 @@ def test_failed_job_then_good_job(worker):
     with pytest.raises(UserError, match="empty"):
         empty.wait(10)
     assert worker.status()["last_error"].startswith("generate")   # the header says what failed last
-    stopped = worker.submit("stopped", lambda ctx: None)
+    def until_stopped(ctx):
+        while not ctx.should_stop():
+            time.sleep(0.01)
+
+    stopped = worker.submit("stopped", until_stopped)
+    assert wait_for(lambda: stopped.started_at is not None)
     stopped.stop()
     stopped.wait(10)
-    assert worker.status()["last_error"], "a stopped job says nothing of the worker's health"
+    assert stopped.state == STOPPED and worker.status()["last_error"], "a stopped job says nothing of its health"
     good = steps(worker.generate("hello", MethodSpec("specinfer", budget=7, depth=3),
                                  Settings(max_new_tokens=12, ignore_eos=True)))
     assert good[-1].done and good[-1].total_tokens == 12
     # ... until a later job has gone through: the header no longer warns for good of a typo made once
-    assert wait_for(lambda: worker.status()["last_error"] is None)
+    assert worker.status()["last_error"] is None
 
 
 def test_bad_spec_is_refused_before_queueing(worker):

@@ -29,6 +29,12 @@ MAX_CONTINUATIONS = 48          # accepted first tokens per prefix whose next-to
 TIE_TOLERANCE = {torch.float64: 1e-6, torch.float32: 2e-3, torch.bfloat16: 0.25, torch.float16: 0.06}
 # KV commit: total variation between next-token distributions from the committed cache and a fresh forward.
 KV_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-3, torch.bfloat16: 0.05, torch.float16: 0.02}
+# ... and for a model whose kernels round more coarsely than the pair's dtype (a draft on the NF4 kernel,
+# bfloat16 in and out): the largest logit difference in rounding steps of that dtype at the largest
+# logit. Summing in another order moves a logit by whole steps (1-2 measured on the embedded pair),
+# which near an even pair of tokens is a total variation of 0.06 and more; a wrong commit moves
+# logits by whole units.
+KV_ROUNDING_STEPS = 4
 # top-p boundary: a sampled token just outside the reference nucleus counts as rounding, not as an error.
 NUCLEUS_TOLERANCE = {torch.float64: 1e-9, torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 1e-2}
 

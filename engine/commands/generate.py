@@ -127,6 +127,8 @@ def run(args) -> int:
                "distinct_trees": len({tuple(e.tree_parents) for e in first_events if e.nodes})}
         if args.num_samples > 1:
             out["samples"] = samples
+        if args.auto:   # the bounds the planner chose within (the tree above is its choice)
+            out["auto_bounds"] = {"budget": args.budget, "depth": 8 if args.depth is None else args.depth}
         print_json(out)
     else:
         print(f"[{method.label}: {last.total_tokens} tokens in {last.total_steps} steps, "
