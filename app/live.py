@@ -168,8 +168,8 @@ def build(ctx: AppContext, header: dict) -> dict:
             learn = gr.Checkbox(value=True, label="Learn acceptance while it runs (re-plans between steps; "
                                                   "exact either way)", elem_id="sq-learn")
             with gr.Row():
-                max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens", elem_id="sq-max-new",
-                                    min_width=100)
+                max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens",
+                                    elem_id="sq-max-new", min_width=100)
                 seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="sq-seed", min_width=100)
             with gr.Row():
                 go = gr.Button("Generate", variant="primary", elem_id="sq-generate", min_width=100)

@@ -179,7 +179,7 @@ def _int(value, name: str) -> int:
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise UserError(f"{name} must be a whole number (got {str(value)[:40]})") from None
+        raise UserError(f"{name} must be a whole number (got {repr(value)[:40]})") from None
     if not math.isfinite(f):
         raise UserError(f"{name} must be a finite number (got {value})")
     if f != int(f):
@@ -193,7 +193,7 @@ def _float(value, name: str) -> float:
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise UserError(f"{name} must be a number (got {str(value)[:40]})") from None
+        raise UserError(f"{name} must be a number (got {repr(value)[:40]})") from None
     if not math.isfinite(f):
         raise UserError(f"{name} must be a finite number (got {value})")
     return f

@@ -124,8 +124,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
         timer = gr.Timer(STATUS_EVERY)
         # preprocess=False: the tick must not check the page's fields every second. A bad value (max
         # new tokens -5) raised an error pop-up per tick, for as long as the field held it; the
-        # user's edit and Generate report it once each, and a plan the tick makes says it in the
-        # status line (settings_from / spec_from check the raw values)
+        # user's edit and Generate report it once each, and a plan the tick makes checks the raw
+        # values itself (status above) and says what is wrong in the status line
         timer.tick(status, plan_inputs, [header, *plan_outputs, pair_info, pair_memory, profile_shown],
                    api_name="status", show_progress="hidden", concurrency_limit=None, preprocess=False)
         planner_fn, planner_inputs, planner_outputs = planner_parts["refresh"]

@@ -66,8 +66,8 @@ Layout of this package (one concern per module):
     runner.py           run_check
 """
 from engine.check.config import (ALPHA, CHECK_METHOD_NAMES, DEFAULT_METHODS, KV_ROUNDING_STEPS, KV_TOLERANCE,
-                                  MAX_AUTO_SAMPLES, MAX_CONTINUATIONS, MIN_AUTO_SAMPLES, MIN_EXPECTED, NUCLEUS_TOLERANCE, POWER,
-                                  SAMPLING_SETTINGS, SECTIONS, TIE_TOLERANCE, CheckConfig, Progress, check_method,
+                                  MAX_AUTO_SAMPLES, MAX_CONTINUATIONS, MIN_AUTO_SAMPLES, MIN_EXPECTED, NUCLEUS_TOLERANCE,
+                                  POWER, SAMPLING_SETTINGS, SECTIONS, TIE_TOLERANCE, CheckConfig, Progress, check_method,
                                   parse_methods)
 from engine.check.estimate import estimate_check
 from engine.check.reference import hf_greedy, reference_distribution
@@ -77,9 +77,8 @@ from engine.check.stats import ChiSquare, chi_square, detectable_distance, pit_c
 from engine.errors import UserError  # callers catch check.UserError, as when this was one module
 
 __all__ = ["ALPHA", "CHECK_METHOD_NAMES", "DEFAULT_METHODS", "KV_ROUNDING_STEPS", "KV_TOLERANCE", "MAX_AUTO_SAMPLES",
-           "MAX_CONTINUATIONS",
-           "MIN_AUTO_SAMPLES", "MIN_EXPECTED", "NUCLEUS_TOLERANCE", "POWER", "SAMPLING_SETTINGS", "SECTIONS",
-           "TIE_TOLERANCE", "CheckConfig", "Progress", "check_method", "parse_methods", "estimate_check",
+           "MAX_CONTINUATIONS", "MIN_AUTO_SAMPLES", "MIN_EXPECTED", "NUCLEUS_TOLERANCE", "POWER", "SAMPLING_SETTINGS",
+           "SECTIONS", "TIE_TOLERANCE", "CheckConfig", "Progress", "check_method", "parse_methods", "estimate_check",
            "hf_greedy", "reference_distribution", "EXPLANATION", "CheckEstimate", "CheckItem", "CheckReport",
            "run_check", "ChiSquare", "chi_square", "detectable_distance", "pit_chi_square", "sample_test",
            "UserError"]

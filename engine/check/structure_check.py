@@ -76,13 +76,13 @@ def _dtype_device(ctx: CheckContext) -> None:
     for role in ("draft", "target"):
         model = getattr(pair, role)
         params = list(model.parameters())
-        dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+        dtypes = sorted({_dtype_name(p.dtype) for p in params})
         devices = sorted({str(p.device) for p in params})
         info[role] = {"dtypes": dtypes, "devices": devices, "training": bool(model.training),
                       "device_map": bool(getattr(model, "hf_device_map", None))}
         if model.training:
             problems.append(f"the {role} is in training mode (dropout makes outputs random)")
-    prob = str(sampling.PROB_DTYPE).replace("torch.", "")
+    prob = _dtype_name(sampling.PROB_DTYPE)
     if sampling.PROB_DTYPE not in (torch.float32, torch.float64):
         problems.append(f"probabilities are computed in {prob}; float16 underflows (ALGORITHM.md §3)")
     msg = (f"pair dtype {str(pair.dtype).replace('torch.', '')} on {pair.device}; draft "
@@ -100,7 +100,7 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     tol = KV_TOLERANCE.get(pair.dtype, 1e-3)
     # a model rounding more coarsely than the pair's dtype (a draft on the NF4 kernel: bfloat16) is
     # judged in its rounding steps: the cached and fresh forwards sum in different orders, and a
-    # logit lands a step or two apart (0.125-0.25 on the embedded pair), which no TV bound survives
+    # logit lands a step apart (0.125 or 0.25 by logit size on the embedded pair), which no TV bound survives
     # near an even pair of tokens; a wrong commit moves logits by whole units
     coarse = {role: pair.precision(role) for role in ("target", "draft") if pair.precision(role) != pair.dtype}
     rounding = {role: 0.0 for role in coarse}
@@ -147,7 +147,7 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     details = {"method": method.name, "steps": steps, "accepted_draft_tokens": accepted, "tolerance_tv": tol,
                "max_tv": worst, "max_logit_diff": logit_worst}
     if coarse:
-        details.update(rounding_dtype={r: str(d).replace("torch.", "") for r, d in coarse.items()},
+        details.update(rounding_dtype={r: _dtype_name(d) for r, d in coarse.items()},
                        max_rounding_steps=rounding, rounding_steps_allowed=KV_ROUNDING_STEPS)
     # a draft on row-coupled kernels (int8 with per-call activation scales) computes a token's KV
     # differently in a tree batch than alone; its q is used as computed, so only its cache length
