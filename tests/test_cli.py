@@ -67,6 +67,35 @@ def test_generate_auto_plans_for_this_device_and_stays_exact(dirs, capsys):
     assert result["token_ids"] == ref[0, len(ids):].tolist()
 
 
+def test_answer_stops_before_the_eos_token(dirs, capsys, monkeypatch):
+    """The printed answer leaves out the end-of-sequence token that ended it (a chat model's
+    `<|im_end|>` was printed); JSON keeps every token in `text` and the reader's text in `answer`."""
+    import dataclasses
+    from engine.cli import main
+    from engine.commands import generate
+    from engine.models import encode_prompt
+    from tests.test_exactness import greedy_reference
+    draft, target = dirs
+    real = generate.pair_from_args
+
+    def eos_pair(args):  # the tiny pair never emits its own EOS: make a token of its answer the EOS
+        pair = real(args)
+        ids = encode_prompt(pair, "hello world", chat=False)
+        reference = greedy_reference(pair, ids, 12)
+        return dataclasses.replace(pair, eos_ids=frozenset({reference[5]}))
+    monkeypatch.setattr(generate, "pair_from_args", eos_pair)
+    args = ["generate", "--draft", str(draft), "--target", str(target), "--prompt", "hello world",
+            "--method", "chain", "--max-new-tokens", "12", "--no-learn"]
+    assert main(args + ["--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["finish_reason"] == "eos"
+    tok = __import__("transformers").AutoTokenizer.from_pretrained(target)
+    ids = result["token_ids"]
+    assert result["text"] == tok.decode(ids) and result["answer"] == tok.decode(ids[:-1])
+    assert main(args) == 0
+    assert capsys.readouterr().out == tok.decode(ids[:-1]) + "\n"
+
+
 def _depth(parents: list[int], node: int) -> int:
     """Levels from the root to `node`, both counted."""
     return 1 if parents[node] < 0 else 1 + _depth(parents, parents[node])
