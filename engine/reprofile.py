@@ -62,6 +62,7 @@ class Reprofiler:
         self._tries: dict[str, int] = {}
         self._not_before = 0.0
         self._unreadable: set[str] = set()   # profile files already logged as unreadable
+        self._read: dict[str, tuple] = {}    # key -> (file stamp, profile read then): read once per write
 
     def _noisy(self, pair):
         """The cached profile if it is noisy and still has tries left, else None."""
@@ -71,7 +72,7 @@ class Reprofiler:
             key = profiler.profile_key(pair)
             if self._tries.get(key, 0) >= MAX_TRIES:
                 return None
-            prof = profiler.cached_profile(pair)
+            prof = self._cached(pair, key)
         except Exception as exc:  # noqa: BLE001 - a damaged or foreign file: nothing to time again
             if str(exc) not in self._unreadable:
                 self._unreadable.add(str(exc))
@@ -79,6 +80,17 @@ class Reprofiler:
             return None
         if prof is None or not prof.noisy or (prof.machine or {}).get("page_cache"):
             return None
+        return prof
+
+    def _cached(self, pair, key):
+        """The cached profile, parsed again only when its file changed: the worker's loop and
+        every Planner refresh ask between jobs, and the file changes once per profiling."""
+        stamp = profiler.profile_stamp(pair)
+        seen = self._read.get(key)
+        if seen is not None and seen[0] == stamp:
+            return seen[1]
+        prof = profiler.cached_profile(pair)
+        self._read[key] = (stamp, prof)
         return prof
 
     def ready_in(self, pair) -> float | None:

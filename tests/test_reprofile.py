@@ -191,3 +191,21 @@ def test_the_app_times_a_noisy_profile_again_and_a_bare_worker_does_not():
     finally:
         ctx.worker.close()
         bare.close()
+
+
+def test_the_cached_profile_is_read_once_per_write(tmp_path, monkeypatch):
+    """ready_in is asked on every pass of the worker's loop and every Planner refresh: the
+    profile file is parsed again only after it was written again."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    from engine.models import load_pair
+    draft, target = tiny_pair_dirs("llama")
+    pair = load_pair(str(draft), str(target), "cpu", "float32")
+    prof = profiler.profile_device(pair, max_budget=4, max_width=4, repeats=1, max_repeats=1)
+    profiler.save_profile(pair, _with_spread(prof, 9.0))
+    reads, real = [], profiler.cached_profile
+    monkeypatch.setattr(profiler, "cached_profile", lambda p: reads.append(1) or real(p))
+    background = reprofile.Reprofiler()
+    assert all(background.ready_in(pair) is not None for _ in range(50)) and len(reads) == 1
+    time.sleep(0.01)
+    profiler.save_profile(pair, _with_spread(prof, 0.01))   # a quiet profile now: nothing to do
+    assert background.ready_in(pair) is None and len(reads) == 2
