@@ -173,30 +173,28 @@ def load_prompts() -> list[dict]:
 
 
 # ---------------------------------------------------------------- parsing what the page sends
-def _int(value, name: str) -> int:
+def _number(value, name: str, kind: str) -> float:
+    """`value` as a finite float; `kind` ("a number", "a whole number") names what the field wants."""
     if value is None or value == "":
         raise UserError(f"{name} is empty")
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise UserError(f"{name} must be a whole number (got {repr(value)[:40]})") from None
+        raise UserError(f"{name} must be {kind} (got {repr(value)[:40]})") from None
     if not math.isfinite(f):
         raise UserError(f"{name} must be a finite number (got {value})")
+    return f
+
+
+def _int(value, name: str) -> int:
+    f = _number(value, name, "a whole number")
     if f != int(f):
         raise UserError(f"{name} must be a whole number (got {value})")
     return int(f)
 
 
 def _float(value, name: str) -> float:
-    if value is None or value == "":
-        raise UserError(f"{name} is empty")
-    try:
-        f = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise UserError(f"{name} must be a number (got {repr(value)[:40]})") from None
-    if not math.isfinite(f):
-        raise UserError(f"{name} must be a finite number (got {value})")
-    return f
+    return _number(value, name, "a number")
 
 
 def settings_from(temperature, top_p, max_new_tokens=64, seed=0, top_k=0) -> Settings:

@@ -22,3 +22,13 @@ def launch(draft, target, load: bool = True):
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True, **launch_options())
     return demo, ctx, f"http://127.0.0.1:{port}/"
+
+
+def served_tiny_pair():
+    """A module fixture's body: the page on the tiny llama pair, closed after the module."""
+    from tests.tiny import tiny_pair_dirs
+    draft, target = tiny_pair_dirs("llama")
+    demo, ctx, url = launch(draft, target)
+    yield {"url": url, "ctx": ctx, "draft": str(draft), "target": str(target)}
+    demo.close()
+    ctx.worker.close()

@@ -6,8 +6,7 @@ import httpx
 import pytest
 import torch
 
-from tests.app_server import launch
-from tests.tiny import tiny_pair_dirs
+from tests.app_server import served_tiny_pair
 
 pytest.importorskip("gradio")
 from gradio_client import Client  # noqa: E402
@@ -17,11 +16,7 @@ PROMPT = "hello world"
 
 @pytest.fixture(scope="module")
 def served():
-    draft, target = tiny_pair_dirs("llama")
-    demo, ctx, url = launch(draft, target)
-    yield {"url": url, "ctx": ctx, "draft": str(draft), "target": str(target)}
-    demo.close()
-    ctx.worker.close()
+    yield from served_tiny_pair()
 
 
 @pytest.fixture()

@@ -10,18 +10,13 @@ import json
 import pytest
 from gradio_client import Client
 
-from tests.app_server import launch
+from tests.app_server import served_tiny_pair
 from tests.robustness.served import GOOD, PROMPT
-from tests.tiny import tiny_pair_dirs
 
 
 @pytest.fixture(scope="module")
 def served():
-    draft, target = tiny_pair_dirs("llama")
-    demo, ctx, url = launch(draft, target)
-    yield {"url": url, "ctx": ctx, "draft": str(draft), "target": str(target)}
-    demo.close()
-    ctx.worker.close()
+    yield from served_tiny_pair()
 
 
 @pytest.fixture(scope="module")
