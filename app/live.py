@@ -27,6 +27,10 @@ ACC_INTERVAL = 2.0
 READY = "Ready. Press **Generate**; move the budget or temperature to re-plan."  # the status line, no run yet
 MODEL = dict(concurrency_id="model", concurrency_limit=1)
 LIGHT = dict(concurrency_limit=None)
+# Events the page wires to itself (a re-plan on each edit, the plan after a run, the page's first
+# plan): callable by name with every input given, but left off the "Use via API" page, which then
+# lists what a script wants (/generate, /race, /plan, ...: README, The app)
+PAGE_WIRING = dict(api_visibility="undocumented")
 
 
 def user_message(exc: BaseException) -> str:
@@ -420,15 +424,15 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     plan_outputs = [plan_md, tree, status, plan_json]
     for slider in (budget, depth, temperature, top_p, top_k):
-        slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}",
+        slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}", **PAGE_WIRING,
                        show_progress="hidden", trigger_mode="always_last", **LIGHT)
-    method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
+    method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", **PAGE_WIRING, show_progress="hidden",
                   trigger_mode="always_last", **LIGHT)
-    hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
+    hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", **PAGE_WIRING, show_progress="hidden",
                     trigger_mode="always_last", **LIGHT)
     # the prompt picks its kind's vector and its memory; max new tokens, whether a rest is planned for
     for box, name in ((prompt, "prompt"), (max_new, "max_new")):
-        box.blur(replan_when_idle, plan_inputs, plan_outputs, api_name=f"plan_on_{name}", show_progress="hidden",
+        box.blur(replan_when_idle, plan_inputs, plan_outputs, api_name=f"plan_on_{name}", **PAGE_WIRING, show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)
     # the API entry point: same as the sliders
     plan_btn = gr.Button("Re-plan", visible=False, elem_id="sq-replan")
@@ -438,7 +442,7 @@ def build(ctx: AppContext, header: dict) -> dict:
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
     run_event = go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
                          show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
-    run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
+    run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", **PAGE_WIRING, show_progress="hidden",
                    **LIGHT)   # (.then: also after a failed or stopped run)
     stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT)
     # .input: the user's own drags and typed values (never the update a finished run sends)
@@ -446,8 +450,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                  trigger_mode="always_last", **LIGHT)
     # .select fires on every pick, the shown one too (it restores an edited prompt); the plan follows
     # the example's kind and memory, as when the prompt box is left (a pick never blurs the box)
-    example.select(pick_example, example, prompt, api_name="pick_example", show_progress="hidden", **LIGHT).success(
-        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_example", show_progress="hidden",
+    example.select(pick_example, example, prompt, api_name="pick_example", **PAGE_WIRING, show_progress="hidden", **LIGHT).success(
+        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_example", **PAGE_WIRING, show_progress="hidden",
         trigger_mode="always_last", **LIGHT)
 
     def set_learn(learn_v, request: gr.Request):
@@ -455,8 +459,8 @@ def build(ctx: AppContext, header: dict) -> dict:
         ctx.sessions.get(request).learn = learn_v is not False
 
     # the shown plan follows the switch: with learning off it is planned without the learned evidence
-    learn.change(set_learn, learn, None, api_name="set_learn", show_progress="hidden", **LIGHT).success(
-        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_learn", show_progress="hidden",
+    learn.change(set_learn, learn, None, api_name="set_learn", **PAGE_WIRING, show_progress="hidden", **LIGHT).success(
+        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_learn", **PAGE_WIRING, show_progress="hidden",
         trigger_mode="always_last", **LIGHT)
 
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,

@@ -8,7 +8,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import render
-from app.live import LIGHT, MODEL, failure_message, progress_text
+from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text
 from app.state import AppContext
 from engine.check import CheckConfig
 from engine.errors import UserError
@@ -357,7 +357,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     for parts in sampling_controls or []:   # the Live plan follows its new sampling settings
         if "replan_when_idle" in parts:
             fn, inputs, outputs = parts["replan_when_idle"]
-            took_recommended.success(fn, inputs, outputs, api_name="plan_on_recommended_sampling",
+            took_recommended.success(fn, inputs, outputs, api_name="plan_on_recommended_sampling", **PAGE_WIRING,
                                      show_progress="hidden", **LIGHT)
 
     load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels, draft_weights]

@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, failure_message, progress_text
+from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -275,7 +275,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
         fn, inputs, plan_outputs = live["replan_when_idle"]
-        imported.success(fn, inputs, plan_outputs, api_name="plan_on_import", show_progress="hidden", **LIGHT)
+        imported.success(fn, inputs, plan_outputs, api_name="plan_on_import", **PAGE_WIRING, show_progress="hidden", **LIGHT)
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 

@@ -39,7 +39,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
         plan_fn, plan_inputs, plan_outputs = live_parts["first_plan"]
         # Live controls changed during a race re-plan the Live plan once it ends, as after a Live run
         after_fn, after_inputs, after_outputs = live_parts["plan_after_run"]
-        race_parts["run_event"].then(after_fn, after_inputs, after_outputs, api_name="plan_after_race",
+        race_parts["run_event"].then(after_fn, after_inputs, after_outputs, api_name="plan_after_race", **live.PAGE_WIRING,
                                      show_progress="hidden", concurrency_limit=None)
         pair_info, pair_memory = models_parts["info"], models_parts["memory"]
 
@@ -141,8 +141,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                               request=request)
 
         profile_shown.change(planner_on_new_profile, planner_inputs, planner_outputs,
-                             api_name="planner_on_new_profile", show_progress="hidden", concurrency_limit=None)
-        demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan",
+                             api_name="planner_on_new_profile", **live.PAGE_WIRING, show_progress="hidden", concurrency_limit=None)
+        demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan", **live.PAGE_WIRING,
                   show_progress="hidden", concurrency_limit=None)
         demo.unload(ctx.sessions.drop)
     guard_numbers()

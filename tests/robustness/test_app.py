@@ -28,6 +28,10 @@ pytest.importorskip("gradio")
 import httpx  # noqa: E402  (a gradio dependency)
 from gradio_client import Client, handle_file  # noqa: E402
 
+# The page's own events (app.live.PAGE_WIRING) are off the API page, so the client does not fill
+# in their trailing inputs: top-k, prompt, max new tokens, as the page's first plan sends them
+PAGE_DEFAULTS = (0, None, 64)
+
 # ================================================================== bad input
 BAD_GENERATE = [
     ("empty prompt", dict(prompt=""), "prompt is empty"),
@@ -362,7 +366,7 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading():
     try:
         page = Client(url, verbose=False)
         plan_args = ("ar", 8, 4, False, 0, 1)
-        first = page.predict(*plan_args, api_name="/first_plan")  # the page opens: no pair yet
+        first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")  # the page opens: no pair yet
         assert "still loading" in first[2] and "No pair loaded" in first[5]
         # an example picked (or the prompt box left) meanwhile raises nothing and keeps that message
         page.predict(*plan_args, 0, "Tell me a story", 64, api_name="/plan_on_prompt")
@@ -409,7 +413,7 @@ def test_a_plan_for_a_newly_loaded_pair_outlived_by_a_run_leaves_the_runs_plan_a
     try:
         page = Client(url, verbose=False)
         plan_args = ("sequoia", 7, 4, False, 0, 1)
-        page.predict(*plan_args, api_name="/first_plan")  # the page opens: no pair yet
+        page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")  # the page opens: no pair yet
         ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
         sess = ctx.sessions._items[page.session_hash]
         original, asked, before, outlived = ctx.worker.quick_plan, threading.Event(), sess.job, []
@@ -451,7 +455,7 @@ def test_the_plan_line_follows_a_device_profile_replaced_after_the_page_planned(
         ctx.worker.plan(MethodSpec("sequoia-auto", 16, 6), Settings()).wait(120)  # the acceptance vector
         page = Client(url, verbose=False)
         plan_args = ("sequoia", 16, 6, True, 0, 1)   # hardware-aware: the plan reads the profile
-        page.predict(*plan_args, api_name="/first_plan")
+        page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")
         sess = ctx.sessions._items[page.session_hash]
         before = sess.plan
         assert before is not None and sess.plan_profile == ctx.worker.profile_stamp() is not None
@@ -486,7 +490,7 @@ def test_a_planner_redraw_for_a_closed_page_does_not_bring_its_session_back(serv
     dropped): it changes nothing and makes no session, which no page would ever plan for (one such
     session made two browser tests wait in vain for every session's first plan)."""
     sessions = served["ctx"].sessions
-    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/first_plan")   # the page opens
+    client.predict("sequoia", 8, 4, False, 0, 1, *PAGE_DEFAULTS, api_name="/first_plan")   # the page opens
     assert client.session_hash in sessions._items
     # an open page's redraw draws (Gradio passes it the page's request: it did not to a *args handler)
     drawn = client.predict("sequoia", 8, 4, False, 0, 1, 0, "def f(x):", 64, api_name="/planner_on_new_profile")
@@ -514,7 +518,7 @@ def test_a_page_that_planned_before_the_first_profile_says_ready_once_it_is_cach
         path.rename(hidden)   # as while the first load still profiles
         page = Client(url, verbose=False)
         plan_args = ("sequoia", 16, 6, True, 0, 1)
-        first = page.predict(*plan_args, api_name="/first_plan")
+        first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")
         assert "needs a device profile" in first[2], first[2]
         hidden.rename(path)   # the profile is cached
         _header, plan_line, _tree, status, *_ = page.predict(*plan_args, api_name="/status")
@@ -665,7 +669,7 @@ def test_a_page_load_plan_outlived_by_a_whole_run_leaves_the_runs_plan_alone(ser
         return original(*args, **kwargs)
 
     monkeypatch.setattr(worker, "quick_plan", slow)
-    page = client.submit("sequoia", 7, 4, False, 0, 1, api_name="/first_plan")   # budget 7, the run's is 8
+    page = client.submit("sequoia", 7, 4, False, 0, 1, *PAGE_DEFAULTS, api_name="/first_plan")   # budget 7, the run's is 8
     assert asked.wait(30)
     monkeypatch.setattr(worker, "quick_plan", original)
     client.predict(*gen_args(method="sequoia", max_new_tokens=8), api_name="/generate")
@@ -684,7 +688,7 @@ def test_a_page_load_plan_that_ends_during_a_run_leaves_the_runs_plan_alone(serv
     job = client.submit(*gen_args(method="ar", max_new_tokens=240), api_name="/generate")
     try:
         wait_for(lambda: any(j.state == "running" for j in jobs), 30)
-        out = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/first_plan")
+        out = client.predict("sequoia", 8, 4, False, 0.5, 1, *PAGE_DEFAULTS, api_name="/first_plan")
         plan_md, plan_json = out[0], out[3]
         assert not (isinstance(plan_json, dict) and plan_json.get("method")), plan_json
         assert "Plan:" not in str(plan_md or "")
