@@ -179,18 +179,20 @@ def build(ctx: AppContext, header: dict) -> dict:
                 go = gr.Button("Generate", variant="primary", elem_id="sq-generate", min_width=100)
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-stop", min_width=100)
         with gr.Column(scale=3, min_width=600):
-            status = gr.Markdown(READY, elem_id="sq-live-status")
+            status = gr.Markdown(READY, label="Live status", show_label=False, elem_id="sq-live-status")
             gr.HTML(_legend_html(), elem_id="sq-legend")
-            tree = gr.Plot(show_label=False, elem_id="sq-tree")
+            tree = gr.Plot(label="Tree figure", show_label=False, elem_id="sq-tree")
             replay = gr.Slider(1, 2, value=1, step=1, label="Replay a step (after a run)", interactive=False,
                                elem_id="sq-replay")
             with gr.Row(equal_height=False):
                 with gr.Column(scale=5, min_width=360):
                     text = gr.HTML(render.text_html([], placeholder="The generated text appears here, one shade "
-                                                                    "per step."), elem_id="sq-text")
+                                                                    "per step."),
+                                   label="Generated text (HTML, shaded by step)", show_label=False, elem_id="sq-text")
                 with gr.Column(scale=4, min_width=360):
-                    metrics = gr.HTML(render.metrics_html([]), elem_id="sq-metrics")
-                    acc = gr.Plot(show_label=False, elem_id="sq-acc")
+                    metrics = gr.HTML(render.metrics_html([]), label="Metrics (HTML)", show_label=False,
+                                      elem_id="sq-metrics")
+                    acc = gr.Plot(label="Acceptance chart", show_label=False, elem_id="sq-acc")
     with gr.Accordion("Raw data (what the API returns)", open=False):
         with gr.Row():
             step_json = gr.JSON(label="Last step", elem_id="sq-step-json")
@@ -424,16 +426,16 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     plan_outputs = [plan_md, tree, status, plan_json]
     for slider in (budget, depth, temperature, top_p, top_k):
-        slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}", **PAGE_WIRING,
-                       show_progress="hidden", trigger_mode="always_last", **LIGHT)
-    method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", **PAGE_WIRING, show_progress="hidden",
-                  trigger_mode="always_last", **LIGHT)
-    hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", **PAGE_WIRING, show_progress="hidden",
-                    trigger_mode="always_last", **LIGHT)
+        slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}",
+                       show_progress="hidden", trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
+    method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
+                  trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
+    hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
+                    trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # the prompt picks its kind's vector and its memory; max new tokens, whether a rest is planned for
     for box, name in ((prompt, "prompt"), (max_new, "max_new")):
-        box.blur(replan_when_idle, plan_inputs, plan_outputs, api_name=f"plan_on_{name}", **PAGE_WIRING, show_progress="hidden",
-                 trigger_mode="always_last", **LIGHT)
+        box.blur(replan_when_idle, plan_inputs, plan_outputs, api_name=f"plan_on_{name}", show_progress="hidden",
+                 trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # the API entry point: same as the sliders
     plan_btn = gr.Button("Re-plan", visible=False, elem_id="sq-replan")
     plan_btn.click(replan, plan_inputs, plan_outputs, api_name="plan", show_progress="hidden", **LIGHT)
@@ -442,26 +444,27 @@ def build(ctx: AppContext, header: dict) -> dict:
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
     run_event = go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
                          show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
-    run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", **PAGE_WIRING, show_progress="hidden",
-                   **LIGHT)   # (.then: also after a failed or stopped run)
+    run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
+                   **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
     stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT)
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)
     # .select fires on every pick, the shown one too (it restores an edited prompt); the plan follows
     # the example's kind and memory, as when the prompt box is left (a pick never blurs the box)
-    example.select(pick_example, example, prompt, api_name="pick_example", **PAGE_WIRING, show_progress="hidden", **LIGHT).success(
-        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_example", **PAGE_WIRING, show_progress="hidden",
-        trigger_mode="always_last", **LIGHT)
+    example.select(pick_example, example, prompt, api_name="pick_example", show_progress="hidden",
+                   **PAGE_WIRING, **LIGHT).success(
+        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_example", show_progress="hidden",
+        trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
 
     def set_learn(learn_v, request: gr.Request):
         """The switch also decides whether slider re-plans use the learned vector."""
         ctx.sessions.get(request).learn = learn_v is not False
 
     # the shown plan follows the switch: with learning off it is planned without the learned evidence
-    learn.change(set_learn, learn, None, api_name="set_learn", **PAGE_WIRING, show_progress="hidden", **LIGHT).success(
-        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_learn", **PAGE_WIRING, show_progress="hidden",
-        trigger_mode="always_last", **LIGHT)
+    learn.change(set_learn, learn, None, api_name="set_learn", show_progress="hidden", **PAGE_WIRING, **LIGHT).success(
+        replan_when_idle, plan_inputs, plan_outputs, api_name="plan_on_learn", show_progress="hidden",
+        trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
 
     return {"prompt": prompt, "method": method, "budget": budget, "depth": depth, "hardware": hardware,
             "temperature": temperature, "top_p": top_p, "top_k": top_k, "max_new": max_new, "seed": seed, "tree": tree,

@@ -213,12 +213,14 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     with gr.Row():
         load = gr.Button("Load pair", variant="primary", elem_id="sq-load")
         refresh = gr.Button("Refresh memory", elem_id="sq-memory-btn")
-    status = gr.Markdown("", elem_id="sq-load-status")
-    info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.loading), elem_id="sq-pair-info")
-    memory = gr.Markdown(memory_markdown(ctx.worker.memory()), elem_id="sq-memory")
+    status = gr.Markdown("", label="Load status", show_label=False, elem_id="sq-load-status")
+    info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.loading), label="Pair description",
+                       show_label=False, elem_id="sq-pair-info")
+    memory = gr.Markdown(memory_markdown(ctx.worker.memory()), label="Memory", show_label=False, elem_id="sq-memory")
     use_recommended = gr.Button("Use the target's recommended sampling in Live and Race", size="sm",
                                 elem_id="sq-use-recommended")
-    recommended_status = gr.Markdown("", elem_id="sq-recommended-status")
+    recommended_status = gr.Markdown("", label="Recommended sampling status", show_label=False,
+                                     elem_id="sq-recommended-status")
     pair_json = gr.JSON(label="Pair (raw)", visible=False)
 
     with gr.Group(elem_id="sq-check-box"):
@@ -228,15 +230,16 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                     "The time estimate is shown before the real work starts; **Stop** ends it early.",
                     elem_classes="sq-note-block", padding=True)
         with gr.Row(equal_height=True):
-            check_mode = gr.Radio(CHECK_MODES, value="quick", show_label=False, elem_id="sq-check-mode", scale=4)
+            check_mode = gr.Radio(CHECK_MODES, value="quick", label="Check mode", show_label=False,
+                                  elem_id="sq-check-mode", scale=4)
             check_btn = gr.Button("Check this pair", variant="primary", elem_id="sq-check", scale=1, min_width=160)
             check_stop = gr.Button("Stop", variant="stop", elem_id="sq-check-stop", scale=0, min_width=80)
-    check_status = gr.Markdown("", elem_id="sq-check-status")
-    verdict = gr.HTML(verdict_html(None), elem_id="sq-check-verdict")
-    summary = gr.Markdown("", elem_id="sq-check-summary")
+    check_status = gr.Markdown("", label="Check status", show_label=False, elem_id="sq-check-status")
+    verdict = gr.HTML(verdict_html(None), label="Check verdict (HTML)", show_label=False, elem_id="sq-check-verdict")
+    summary = gr.Markdown("", label="Check summary", show_label=False, elem_id="sq-check-summary")
     with gr.Accordion("Full check report", open=False, elem_id="sq-check-report-box"):
-        report_text = gr.Textbox(show_label=False, lines=12, max_lines=40, interactive=False, autoscroll=False,
-                                 buttons=["copy"], elem_id="sq-check-report")
+        report_text = gr.Textbox(label="Check report (text)", show_label=False, lines=12, max_lines=40,
+                                 interactive=False, autoscroll=False, buttons=["copy"], elem_id="sq-check-report")
         report_json = gr.JSON(label="Report (raw, what the API returns)", elem_id="sq-check-json")
 
     # ------------------------------------------------------------ handlers

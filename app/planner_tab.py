@@ -64,27 +64,27 @@ def build(ctx: AppContext, live: dict) -> dict:
                 "kind, code or prose, picks the acceptance vector where the two differ). Every number "
                 "here is measured on the loaded pair and device, or read from the named cache file.",
                 elem_classes="sq-note-block")
-    info = gr.Markdown("", elem_id="sq-planner-info")
+    info = gr.Markdown("", label="Planner summary", show_label=False, elem_id="sq-planner-info")
     with gr.Row(equal_height=False):
         with gr.Column():
-            acc_chart = gr.Plot(show_label=False, elem_id="sq-planner-acc")
-            acc_caption = gr.Markdown("")
+            acc_chart = gr.Plot(label="Acceptance vector chart", show_label=False, elem_id="sq-planner-acc")
+            acc_caption = gr.Markdown("", label="Acceptance caption", show_label=False)
             with gr.Row():
                 measure = gr.Button("Measure on this pair", elem_id="sq-measure",
                                     scale=3)
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-planner-stop", scale=1, min_width=80)
         with gr.Column():
-            heat = gr.Plot(show_label=False, elem_id="sq-heatmap")
+            heat = gr.Plot(label="G(n, d) heatmap", show_label=False, elem_id="sq-heatmap")
     with gr.Row(equal_height=False):
         with gr.Column():
-            prof_chart = gr.Plot(show_label=False, elem_id="sq-profile")
-            prof_caption = gr.Markdown("")
+            prof_chart = gr.Plot(label="Device profile chart", show_label=False, elem_id="sq-profile")
+            prof_caption = gr.Markdown("", label="Profile caption", show_label=False)
             profile = gr.Button("Profile this device", elem_id="sq-profile-btn")
         with gr.Column():
-            speed = gr.Plot(show_label=False, elem_id="sq-speedup")
+            speed = gr.Plot(label="Predicted speedup chart", show_label=False, elem_id="sq-speedup")
     with gr.Row(equal_height=False):
         with gr.Column(scale=2):
-            chosen = gr.Plot(show_label=False, elem_id="sq-chosen")
+            chosen = gr.Plot(label="Chosen tree figure", show_label=False, elem_id="sq-chosen")
         with gr.Column(scale=1):
             export_format = gr.Dropdown(list(tree_export.FORMATS), value="json", label="Export format",
                                         info="json: this app · vllm: speculative_config · medusa: path list · "
@@ -92,7 +92,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             export = gr.DownloadButton("Export the chosen tree", value=None, elem_id="sq-export")
             upload = gr.File(label="Import a tree: JSON ({\"parents\": [...]}) or an original Sequoia growmap (.pt)",
                              file_types=[".json", ".pt"], type="filepath", elem_id="sq-import")
-            import_status = gr.Markdown("")
+            import_status = gr.Markdown("", label="Import status", show_label=False)
             with gr.Accordion("Plan (raw, what the API returns)", open=False):
                 planner_json = gr.JSON(label="Plan (raw)")
 
@@ -275,7 +275,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
         fn, inputs, plan_outputs = live["replan_when_idle"]
-        imported.success(fn, inputs, plan_outputs, api_name="plan_on_import", **PAGE_WIRING, show_progress="hidden", **LIGHT)
+        imported.success(fn, inputs, plan_outputs, api_name="plan_on_import", show_progress="hidden",
+                         **PAGE_WIRING, **LIGHT)
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 

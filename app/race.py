@@ -99,17 +99,17 @@ def build(ctx: AppContext) -> dict:
             with gr.Row():
                 start = gr.Button("Start race", variant="primary", elem_id="sq-race-start")
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-race-stop")
-    status = gr.Markdown("", elem_id="sq-race-status")
+    status = gr.Markdown("", label="Race status", show_label=False, elem_id="sq-race-status")
     with gr.Row(equal_height=False):
         with gr.Column(scale=3):
-            lanes_html = gr.HTML(_lane_html([], {}), elem_id="sq-lanes")
+            lanes_html = gr.HTML(_lane_html([], {}), label="Race lanes (HTML)", show_label=False, elem_id="sq-lanes")
         with gr.Column(scale=2):
             chart = gr.Plot(plots.empty_figure("Tokens over time, one line per method", height=300),
-                            show_label=False, elem_id="sq-race-chart")
+                            label="Tokens over time chart", show_label=False, elem_id="sq-race-chart")
     # the columns a race fills in (an empty Dataframe would show the headers 1, 2, 3)
     table = gr.Dataframe(value=_table([], {}, greedy=True), label="Result", interactive=False,
                          elem_id="sq-race-table")
-    verdict = gr.Markdown("", elem_id="sq-race-verdict")
+    verdict = gr.Markdown("", label="Race verdict", show_label=False, elem_id="sq-race-verdict")
     with gr.Accordion("Raw data (what the API returns)", open=False):
         race_json = gr.JSON(label="Race")
 

@@ -23,8 +23,9 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
     defaults = defaults or {}
     with gr.Blocks(title="Sequoia Live", fill_width=True) as demo:
         with gr.Column(elem_classes="sq-top"):
-            header = gr.HTML(render.pair_line(ctx.worker.describe(), ctx.worker.status()), elem_id="sq-header")
-            plan = gr.HTML(render.plan_line(None), elem_id="sq-plan")
+            header = gr.HTML(render.pair_line(ctx.worker.describe(), ctx.worker.status()),
+                             label="Header (pair, device, worker state)", show_label=False, elem_id="sq-header")
+            plan = gr.HTML(render.plan_line(None), label="Plan line", show_label=False, elem_id="sq-plan")
         with gr.Tabs(elem_id="sq-tabs"):
             with gr.Tab("Live", id="live", elem_id="sq-tab-live"):
                 live_parts = live.build(ctx, {"plan": plan})
@@ -39,8 +40,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
         plan_fn, plan_inputs, plan_outputs = live_parts["first_plan"]
         # Live controls changed during a race re-plan the Live plan once it ends, as after a Live run
         after_fn, after_inputs, after_outputs = live_parts["plan_after_run"]
-        race_parts["run_event"].then(after_fn, after_inputs, after_outputs, api_name="plan_after_race", **live.PAGE_WIRING,
-                                     show_progress="hidden", concurrency_limit=None)
+        race_parts["run_event"].then(after_fn, after_inputs, after_outputs, api_name="plan_after_race",
+                                     show_progress="hidden", concurrency_limit=None, **live.PAGE_WIRING)
         pair_info, pair_memory = models_parts["info"], models_parts["memory"]
 
         def pair_now() -> dict:
@@ -141,9 +142,10 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                               request=request)
 
         profile_shown.change(planner_on_new_profile, planner_inputs, planner_outputs,
-                             api_name="planner_on_new_profile", **live.PAGE_WIRING, show_progress="hidden", concurrency_limit=None)
-        demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan", **live.PAGE_WIRING,
-                  show_progress="hidden", concurrency_limit=None)
+                             api_name="planner_on_new_profile", show_progress="hidden", concurrency_limit=None,
+                             **live.PAGE_WIRING)
+        demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan",
+                  show_progress="hidden", concurrency_limit=None, **live.PAGE_WIRING)
         demo.unload(ctx.sessions.drop)
     guard_numbers()
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
