@@ -146,7 +146,7 @@ class Run:
                 "accepted_ranks": ev.accepted_ranks, "tree_size": len(ev.tree_parents),
                 "draft_seconds": ev.draft_seconds, "verify_seconds": ev.verify_seconds,
                 "other_seconds": ev.other_seconds, "prefill_seconds": ev.prefill_seconds,
-                "seconds": ev.total_seconds}
+                "seconds": ev.total_seconds, **({"answer": ev.answer} if ev.done else {})}
 
 
 def build(ctx: AppContext, header: dict) -> dict:

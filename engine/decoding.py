@@ -60,6 +60,7 @@ class StepEvent:
     token_ids: list[int] = field(default_factory=list)
     done: bool = False
     finish_reason: str | None = None  # eos | max_new_tokens | context | stopped
+    answer: str | None = None         # last event only: the text without the EOS token that ended it
 
     @property
     def tokens_per_step(self) -> float:
@@ -150,11 +151,13 @@ class Decoder:
             totals["seconds"] += event_parts["draft_seconds"] + event_parts["verify_seconds"] + event_parts["other_seconds"]
             full = pair.tokenizer.decode(generated, skip_special_tokens=False)
             new_text, text = full[len(text):] if full.startswith(text) else full, full
+            answer = None if not finish else (pair.tokenizer.decode(generated[:-1], skip_special_tokens=False)
+                                              if finish == "eos" else text)
             yield StepEvent(step=totals["steps"], method=self.method.name, tree_parents=list(tree.parents),
                             new_token_ids=new_ids, new_text=new_text, total_tokens=len(generated),
                             total_steps=totals["steps"], total_seconds=totals["seconds"],
                             prefill_seconds=prefill, text=text, token_ids=list(generated),
-                            done=finish is not None, finish_reason=finish, **event_parts)
+                            done=finish is not None, finish_reason=finish, answer=answer, **event_parts)
             if finish:
                 return
 
@@ -304,7 +307,7 @@ class Decoder:
                          draft_seconds=0.0, verify_seconds=0.0, other_seconds=0.0,
                          total_tokens=len(generated), total_steps=totals["steps"], total_seconds=totals["seconds"],
                          prefill_seconds=prefill, text=text, token_ids=list(generated), done=True,
-                         finish_reason=reason)
+                         finish_reason=reason, answer=text)
 
 
 def fit_vocab(logits: torch.Tensor, size: int, device: torch.device) -> torch.Tensor:

@@ -46,6 +46,10 @@ def test_generate_streams_every_step_and_matches_the_cli(served, client, capsys)
     data = [u[6] for u in updates if isinstance(u[6], dict) and "step" in u[6]]
     final = job.result()[6]
     assert final["done"] and final["finish_reason"] in ("eos", "max_new_tokens")
+    if final["finish_reason"] == "eos":   # the answer leaves out the EOS token's text
+        assert final["text"].startswith(final["answer"]) and len(final["answer"]) < len(final["text"])
+    else:
+        assert final["answer"] == final["text"]
     seen = {d["step"] for d in data}
     assert seen >= set(range(1, final["total_steps"] + 1))  # at least one update per step
     assert len(data) >= final["total_steps"]
@@ -226,3 +230,13 @@ def test_the_api_page_lists_what_a_script_wants_with_names(client):
     assert not unnamed, sorted(unnamed)   # every input and output says what it is
     plan = client.predict("sequoia", 9, 4, False, 0, 1, 0, "def f(x):", 64, api_name="/plan_on_prompt")[-1]
     assert plan["budget"] == 9
+
+
+def test_the_readme_api_example_runs(served, capsys):
+    """The README's gradio_client example, run as written against this served pair."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("<!-- api-example:", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    exec(block.replace("http://127.0.0.1:7860/", served["url"]), {})
+    lines = [line for line in capsys.readouterr().out.strip().splitlines() if not line.startswith("Loaded as API")]
+    assert len(lines) >= 2 and lines[0].startswith("1 ") and "accepted ranks" in lines[0], lines
+    assert lines[-1].endswith(("eos", "max_new_tokens")) and "tokens/s" in lines[-1], lines

@@ -81,13 +81,6 @@ def record_costs(pair, events, settings) -> None:
         log.warning("could not record observed step costs: %s", exc)
 
 
-def answer_text(pair, event) -> str:
-    """The answer as a reader wants it: without the end-of-sequence token that stopped it
-    (`text` keeps every generated token, `<|im_end|>` included, for programs that count them)."""
-    ids = event.token_ids[:-1] if event.finish_reason == "eos" and event.token_ids else event.token_ids
-    return pair.tokenizer.decode(ids, skip_special_tokens=False)
-
-
 def load_tree_file(path: str) -> Tree:
     try:
         data = Path(path).read_bytes()
@@ -120,12 +113,12 @@ def run(args) -> int:
         if first_events is None:
             first_events = events
         if not args.json:
-            answer = answer_text(pair, events[-1])
+            answer = events[-1].answer
             print(answer if args.num_samples == 1 else f"--- sample {i + 1}\n{answer}")
     last = first_events[-1]
     if args.json:
         out = {"method": method.name, "label": method.label, "tree": list(method.tree.parents),
-               "token_ids": last.token_ids, "text": last.text, "answer": answer_text(pair, last),
+               "token_ids": last.token_ids, "text": last.text, "answer": last.answer,
                "finish_reason": last.finish_reason,
                "steps": [{"tokens": len(e.new_token_ids), "accepted_ranks": e.accepted_ranks,
                           "draft_seconds": e.draft_seconds, "verify_seconds": e.verify_seconds,
