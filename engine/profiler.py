@@ -544,16 +544,19 @@ def cached_profile(pair: ModelPair) -> DeviceProfile | None:
     return prof
 
 
-def profile_stamp(pair: ModelPair) -> tuple[str, int] | None:
-    """Which cached profile plans read now (its file, when it was written), without reading it:
-    a page compares stamps to see that its shown plan rests on a profile since replaced."""
+def profile_stamp(pair: ModelPair) -> tuple[str, int, int, int] | None:
+    """Which cached profile plans read now (its file; when it was written, its inode and size),
+    without reading it: a page compares stamps to see that its shown plan rests on a profile since
+    replaced. The inode too: a write within one tick of the file clock keeps the time, but the
+    cache writes a new file and renames it over the old one."""
     key = profile_key(pair)
     for folder in (cache_dir() / "profiles", SHIPPED / "profiles"):
         path = folder / f"{key}.json"
         try:
-            return str(path), path.stat().st_mtime_ns
+            st = path.stat()
         except OSError:
             continue
+        return str(path), st.st_mtime_ns, st.st_ino, st.st_size
     return None
 
 

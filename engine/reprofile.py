@@ -88,8 +88,14 @@ class Reprofiler:
         stamp = profiler.profile_stamp(pair)
         seen = self._read.get(key)
         if seen is not None and seen[0] == stamp:
+            if isinstance(seen[1], Exception):   # a damaged file, already logged: not parsed again
+                raise seen[1]
             return seen[1]
-        prof = profiler.cached_profile(pair)
+        try:
+            prof = profiler.cached_profile(pair)
+        except Exception as exc:  # noqa: BLE001 - reported by _noisy
+            self._read[key] = (stamp, exc)
+            raise
         self._read[key] = (stamp, prof)
         return prof
 

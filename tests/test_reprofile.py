@@ -206,6 +206,5 @@ def test_the_cached_profile_is_read_once_per_write(tmp_path, monkeypatch):
     monkeypatch.setattr(profiler, "cached_profile", lambda p: reads.append(1) or real(p))
     background = reprofile.Reprofiler()
     assert all(background.ready_in(pair) is not None for _ in range(50)) and len(reads) == 1
-    time.sleep(0.01)
     profiler.save_profile(pair, _with_spread(prof, 0.01))   # a quiet profile now: nothing to do
     assert background.ready_in(pair) is None and len(reads) == 2

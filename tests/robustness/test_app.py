@@ -28,9 +28,12 @@ pytest.importorskip("gradio")
 import httpx  # noqa: E402  (a gradio dependency)
 from gradio_client import Client, handle_file  # noqa: E402
 
+from app.state import load_prompts  # noqa: E402
+
 # The page's own events (app.live.PAGE_WIRING) are off the API page, so the client does not fill
-# in their trailing inputs: top-k, prompt, max new tokens, as the page's first plan sends them
-PAGE_DEFAULTS = (0, None, 64)
+# in their trailing inputs: top-k, prompt, max new tokens, as the page's first plan sends them (the
+# prompt box opens on the first example)
+PAGE_DEFAULTS = (0, load_prompts()[0]["prompt"], 64)
 
 # ================================================================== bad input
 BAD_GENERATE = [
