@@ -219,11 +219,11 @@ SCRIPT_API = {"/generate", "/race", "/plan", "/measure", "/profile", "/load_mode
 def test_the_api_page_lists_what_a_script_wants_with_names(client):
     """The page re-plans on every edit through its own events (/plan_on_budget, /first_plan...):
     19 of the 37 endpoints on the "Use via API" page. They stay callable with every input given."""
-    listed = set(client.view_api(return_format="dict", print_info=False)["named_endpoints"])
+    info = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    listed = set(info)
     assert SCRIPT_API <= listed, SCRIPT_API - listed
     assert not {name for name in listed if name.startswith(("/plan_on", "/plan_after", "/planner_on"))
                 or name in ("/first_plan", "/set_learn", "/pick_example")}, sorted(listed)
-    info = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
     unnamed = {(name, part["component"], part["label"]) for name, endpoint in info.items()
                for part in endpoint["parameters"] + endpoint["returns"]
                if part["label"].startswith(("value_", "parameter_"))}

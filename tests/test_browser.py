@@ -7,20 +7,17 @@ import time
 
 import pytest
 
-from tests.app_server import launch
+from tests.app_server import served_tiny_pair
 from tests.chromium import DONE_OR_ERROR, browsers, needs_chromium, page_errors
 from tests.robustness.served import wait_for
-from tests.tiny import tiny_pair_dirs
 
 pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
 def served():
-    demo, ctx, url = launch(*tiny_pair_dirs("llama"))
-    yield url, ctx
-    demo.close()
-    ctx.worker.close()
+    for app in served_tiny_pair():   # (url, ctx): closed when the module is done
+        yield app["url"], app["ctx"]
 
 
 @pytest.fixture()

@@ -85,7 +85,7 @@ def _dtype_device(ctx: CheckContext) -> None:
     prob = _dtype_name(sampling.PROB_DTYPE)
     if sampling.PROB_DTYPE not in (torch.float32, torch.float64):
         problems.append(f"probabilities are computed in {prob}; float16 underflows (ALGORITHM.md §3)")
-    msg = (f"pair dtype {str(pair.dtype).replace('torch.', '')} on {pair.device}; draft "
+    msg = (f"pair dtype {_dtype_name(pair.dtype)} on {pair.device}; draft "
            f"{'/'.join(info['draft']['dtypes'])} on {'/'.join(info['draft']['devices'])}, target "
            f"{'/'.join(info['target']['dtypes'])} on {'/'.join(info['target']['devices'])}; "
            f"probabilities in {prob}")
@@ -102,7 +102,7 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     # judged in its rounding steps: the cached and fresh forwards sum in different orders, and a
     # logit lands a step apart (0.125 or 0.25 by logit size on the embedded pair), which no TV bound survives
     # near an even pair of tokens; a wrong commit moves logits by whole units
-    coarse = {role: pair.precision(role) for role in ("target", "draft") if pair.precision(role) != pair.dtype}
+    coarse = {role: dtype for role in ("target", "draft") if (dtype := pair.precision(role)) != pair.dtype}
     rounding = {role: 0.0 for role in coarse}
     settings = Settings(temperature=1.0, max_new_tokens=cfg.kv_steps * method.tree.depth + 1, ignore_eos=True,
                         seed=cfg.seed)
