@@ -245,19 +245,16 @@ def test_the_readme_api_example_runs(served, capsys):
 def test_the_last_step_data_holds_the_answer_without_its_eos():
     """/generate's last step data: `answer` is the text without the EOS token that ended it (the
     served tiny pair never emits its EOS: here a token of its greedy answer is made the EOS)."""
-    import dataclasses
     from app.live import Run
     from engine import methods
     from engine.decoding import generate_ids
     from engine.models import encode_prompt
     from engine.settings import Settings
-    from tests.test_exactness import greedy_reference
-    from tests.tiny import tiny_pair
+    from tests.tiny import greedy_reference, tiny_pair, with_eos
     pair = tiny_pair("llama")
     ids = encode_prompt(pair, "hello world", chat=False)
-    eos_pair = dataclasses.replace(pair, eos_ids=frozenset({greedy_reference(pair, ids, 12)[5]}))
     settings = Settings(max_new_tokens=12)
-    out, events = generate_ids(eos_pair, ids, methods.chain(3), settings)
+    out, events = generate_ids(with_eos(pair, greedy_reference(pair, ids, 12)[5]), ids, methods.chain(3), settings)
     run = Run(settings)
     run.events.extend(events)
     last = run.data()

@@ -70,11 +70,10 @@ def test_generate_auto_plans_for_this_device_and_stays_exact(dirs, capsys):
 def test_answer_stops_before_the_eos_token(dirs, capsys, monkeypatch):
     """The printed answer leaves out the end-of-sequence token that ended it (a chat model's
     `<|im_end|>` was printed); JSON keeps every token in `text` and the reader's text in `answer`."""
-    import dataclasses
     from engine.cli import main
     from engine.commands import generate
     from engine.models import encode_prompt
-    from tests.test_exactness import greedy_reference
+    from tests.tiny import greedy_reference, with_eos
     draft, target = dirs
     real = generate.pair_from_args
 
@@ -82,7 +81,7 @@ def test_answer_stops_before_the_eos_token(dirs, capsys, monkeypatch):
         pair = real(args)
         ids = encode_prompt(pair, "hello world", chat=False)
         reference = greedy_reference(pair, ids, 12)
-        return dataclasses.replace(pair, eos_ids=frozenset({reference[5]}))
+        return with_eos(pair, reference[5])
     monkeypatch.setattr(generate, "pair_from_args", eos_pair)
     args = ["generate", "--draft", str(draft), "--target", str(target), "--prompt", "hello world",
             "--method", "chain", "--max-new-tokens", "12", "--no-learn"]

@@ -14,15 +14,9 @@ from engine.models import encode_prompt
 from engine.planning import table_for
 from engine.settings import Settings
 from engine.tree import Tree
-from tests.tiny import ids_tensor, tiny_pair
+from tests.tiny import greedy_reference, tiny_pair, with_eos
 
 GREEDY_TOKENS = 48
-
-
-def greedy_reference(pair, ids, n):
-    out = pair.target.generate(ids_tensor(pair, ids), max_new_tokens=n, do_sample=False,
-                               eos_token_id=None, pad_token_id=0)
-    return out[0, len(ids):].tolist()
 
 
 def shapes():
@@ -213,14 +207,12 @@ def test_distribution_test_fails_for_a_wrong_verifier(dist_pair, monkeypatch):
 def test_greedy_stops_at_eos_exactly_like_the_target(name):
     """Make a token of the reference continuation the EOS: the output must be the reference up
     to and including its first occurrence, whether it arrives as an accepted node or a bonus."""
-    import dataclasses
     pair = tiny_pair("llama")
     ids = encode_prompt(pair, "hello world", chat=False)
     reference = greedy_reference(pair, ids, GREEDY_TOKENS)
     for k in (3, 11, 20):
         eos = reference[k]
-        eos_pair = dataclasses.replace(pair, eos_ids=frozenset({eos}))
-        out, events = generate_ids(eos_pair, ids, shapes()[name], Settings(max_new_tokens=GREEDY_TOKENS))
+        out, events = generate_ids(with_eos(pair, eos), ids, shapes()[name], Settings(max_new_tokens=GREEDY_TOKENS))
         assert out == reference[:reference.index(eos) + 1]
         assert events[-1].finish_reason == "eos"
 

@@ -16,9 +16,9 @@ from engine.models import encode_prompt, eos_ids, generation_defaults
 from engine.settings import Settings
 from engine.tree import Tree
 from tests.test_exactness import (DIST_CHARS, DIST_METHODS, assert_caches_hold, chi_square_pvalue,
-                                  exact_two_token_distribution, fresh_logits, greedy_reference, shapes,
+                                  exact_two_token_distribution, fresh_logits, shapes,
                                   samples_until, two_token_samples)
-from tests.tiny import MATRIX, REFUSED, WINDOW, ids_tensor, load_tiny, save_pair, tiny_pair
+from tests.tiny import MATRIX, REFUSED, WINDOW, greedy_reference, ids_tensor, load_tiny, save_pair, tiny_pair
 
 MATRIX_TOKENS = 20
 SLIDING = ("mistral", "gemma3", "gemma2")

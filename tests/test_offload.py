@@ -11,7 +11,7 @@ from engine.models import encode_prompt, load_pair, parse_max_memory
 from engine.settings import Settings
 from engine.tree import Tree
 from tests import test_exactness as ex
-from tests.tiny import DEVICE, tiny_pair, tiny_pair_dirs
+from tests.tiny import DEVICE, greedy_reference, tiny_pair, tiny_pair_dirs
 
 TREES = {"sequoia": methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1, 1])),
          "specinfer": methods.specinfer(3, 4), "chain": methods.chain(5)}
@@ -37,7 +37,7 @@ def test_greedy_equality_with_disk_offloaded_target(tmp_path, name):
     pair, reference = offloaded(tmp_path), tiny_pair("llama")
     ids = encode_prompt(pair, "hello world", chat=False)
     out, events = generate_ids(pair, ids, TREES[name], Settings(max_new_tokens=40, ignore_eos=True))
-    assert out == ex.greedy_reference(reference, ids, 40)  # the in-memory target's own greedy generate()
+    assert out == greedy_reference(reference, ids, 40)  # the in-memory target's own greedy generate()
     assert events[-1].total_steps < 40
 
 

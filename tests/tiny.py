@@ -2,6 +2,7 @@
 loading code (engine.models.load_pair) is what the tests exercise. No hub, no downloads."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import tempfile
@@ -137,4 +138,18 @@ def load_tiny(draft, target, **kwargs):
 def ids_tensor(pair, ids) -> torch.Tensor:
     """A batch of one prompt on the pair's device, for the target's own generate()."""
     return torch.tensor([ids], device=pair.target.device)
+
+
+def greedy_reference(pair, ids, n: int) -> list[int]:
+    """The target's own greedy continuation (transformers' generate(), no EOS): what every
+    method's greedy output must equal."""
+    out = pair.target.generate(ids_tensor(pair, ids), max_new_tokens=n, do_sample=False,
+                               eos_token_id=None, pad_token_id=0)
+    return out[0, len(ids):].tolist()
+
+
+def with_eos(pair, token: int):
+    """The pair with `token` as its only EOS. The tiny models never emit their own EOS, so a test
+    of stopping at one makes a token of a known answer (greedy_reference) the EOS."""
+    return dataclasses.replace(pair, eos_ids=frozenset({token}))
 

@@ -12,8 +12,7 @@ from engine.errors import UserError
 from engine.models import encode_prompt
 from engine.settings import Settings
 from engine.tree import Tree
-from tests.test_exactness import greedy_reference
-from tests.tiny import tiny_pair
+from tests.tiny import greedy_reference, tiny_pair
 
 METHOD = methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1]))
 GREEDY = Settings(max_new_tokens=24, ignore_eos=True)
