@@ -58,9 +58,13 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             pair, stamp = ctx.worker.pair, ctx.worker.profile_stamp()
             out = plan_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             if pair is not None:
-                sess = ctx.sessions.get(request)
-                sess.plan_pair, sess.plan_profile = weakref.ref(pair), stamp
+                planned_for(ctx.sessions.get(request), pair, stamp)
             return out
+
+        def planned_for(sess, pair, stamp) -> None:
+            """This page's header planned (or said why it could not) for this pair and this device
+            profile (its stamp taken before planning): status plans again once either changes."""
+            sess.plan_pair, sess.plan_profile = weakref.ref(pair), stamp
 
         def page_open(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                       request: gr.Request = None):
@@ -77,7 +81,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             pair, sess = ctx.worker.pair, ctx.sessions.get(request)
             seen = getattr(sess, "plan_pair", None)
             new_pair = seen is None or seen() is not pair
-            if pair is None or ctx.worker.loading or (not new_pair and sess.plan_profile == ctx.worker.profile_stamp()):
+            stamp = ctx.worker.profile_stamp()
+            if pair is None or ctx.worker.loading or (not new_pair and sess.plan_profile == stamp):
                 return out
             if new_pair:
                 out.update(pair_now())
@@ -94,7 +99,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                     if isinstance(block, (gr.Number, gr.Slider)):
                         _refuse_bad_number(block, value)
             except gr.Error as exc:
-                sess.plan_pair, sess.plan_profile = weakref.ref(pair), ctx.worker.profile_stamp()
+                planned_for(sess, pair, stamp)
                 planned = {live_parts["status"]: f"! {exc.message} — no plan for the new pair or profile yet"}
             else:
                 try:
@@ -102,7 +107,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                                          max_new_v, request)
                 except Exception:  # noqa: BLE001 - a page sending odd values must not break the header
                     log.exception("planning for the newly loaded pair failed")
-                    sess.plan_pair, sess.plan_profile = weakref.ref(pair), ctx.worker.profile_stamp()
+                    planned_for(sess, pair, stamp)
                     return out
             if not planned or sess.running:
                 return out   # a run started meanwhile (first_plan says nothing then): its own plan stays
