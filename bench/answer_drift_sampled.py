@@ -25,7 +25,7 @@ repeated for --draws seeds, so the weights' spread from the draws alone shows.
 Part 3 (mimic): the learning check mimicked on these answers at each horizon: the T = 0 drift runs
 get, a drift measured at this T where the stated rule would apply it, and none; at the whole
 answer also the prior weight's grid and soft evidence (each opening position's chance of a miss
-instead of a drawn miss). README, "The drift at T = 0.7 and T = 1", reads the output.
+instead of a drawn miss). bench/predictions-and-learning.md, "The drift at T = 0.7 and T = 1", reads the output.
 """
 from __future__ import annotations
 

@@ -121,7 +121,8 @@ class BenchConfig:
 
 # The bench's prompts: code and prose of the kinds the shipped vectors were measured on, written
 # apart from them and never measured on. The app's examples (assets/prompts.json) are canonical
-# tasks and programming-themed prose, easier than both sets, so predictions there lean low (README).
+# tasks and programming-themed prose, easier than both sets, so predictions there lean low
+# (bench/predictions-and-learning.md, "Predictions on held-out prompts").
 BENCH_PROMPTS = HELDOUT_PROMPTS
 DEFAULT_PROMPT_MIX = {"code": 2, "prose": 2}
 QUICK = dict(temperatures=(0.0, 0.7), max_new_tokens=12, budgets=(4, 8), chain_depths=(2, 3),

@@ -2,10 +2,10 @@
 
 An answer's rest accepts at a rate its 64-token opening does not reveal, but the prompt does: over
 the 12 learning-check prompts the rests' tokens/step at T = 0 and at T = 0.7 (different answers)
-correlate 0.96 (README, "The rest's rate belongs to the prompt"). So a run keeps, per prompt, the
-censored evidence of its opening and of its rest apart, and a later run of the same prompt at the
-same settings (the learning key: pair, draft kernels' acceptance, T, top-p, top-k, sampler, domain)
-counts them as evidence of its own opening and rest (learning.Learner). A code prompt never run
+correlate 0.96 (bench/predictions-and-learning.md, "The rest's rate belongs to the prompt").
+So a run keeps, per prompt, the censored evidence of its opening and of its rest apart, and a
+later run of the same prompt at the same settings (the learning key: pair, draft kernels'
+acceptance, T, top-p, top-k, sampler, domain) counts them as evidence of its own opening and rest (learning.Learner). A code prompt never run
 at these settings carries its runs at the nearest others, rescaled (carried, below). A first run
 has none.
 
@@ -152,12 +152,14 @@ def _remember(key: str, prompt_digest: str, head: learning.Evidence, tail: learn
 
 
 # ---------------------------------------------------------------- carried across settings
-# A code prompt's rest accepts alike at T = 0 and T = 0.7 (README, "Within a kind it holds for
-# code more than for prose"): a code prompt never run at these settings counts what its runs at
-# others observed, their P(rank 1 missed) rescaled by the ratio of the measured vectors' misses at
-# the two settings (ranks 2.. scaled alike, as learning.drifted does). Runs at these settings win.
+# A code prompt's rest accepts alike at T = 0 and T = 0.7 (bench/predictions-and-learning.md,
+# "Within a kind it holds for code more than for prose"): a code prompt never run at these
+# settings counts what its runs at others observed, their P(rank 1 missed) rescaled by the ratio
+# of the measured vectors' misses at the two settings (ranks 2.. scaled alike, as
+# learning.drifted does). Runs at these settings win.
 # Prose rests differ about as much by answer as by prompt, and carrying them measured worse than
-# a first run (README, "A prompt run again at another temperature"): prose is not carried.
+# a first run (bench/predictions-and-learning.md, "A prompt run again at another temperature"):
+# prose is not carried.
 CARRIED_DOMAINS = ("code",)
 
 def family(meta: dict | None) -> str:

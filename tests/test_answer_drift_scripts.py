@@ -197,8 +197,9 @@ def test_the_rests_own_steps_count_where_the_opening_misleads(capsys):
 
 
 def test_the_across_temperature_reading_matches_the_committed_output(capsys):
-    """bench/learning_check_across_t.py, whose output the README quotes, reads the committed checks
-    into the committed bench/learning-check-across-t.txt; prompts that froze other trees are left out."""
+    """bench/learning_check_across_t.py, whose output bench/predictions-and-learning.md quotes,
+    reads the committed checks into the committed bench/learning-check-across-t.txt; prompts that
+    froze other trees are left out."""
     across = _script("learning_check_across_t")
     committed = (ROOT / "bench" / "learning-check-across-t.txt").read_text()
     for check in ("learning-check-repeat-avx512.json", "learning-check-weight-avx512.json"):
@@ -250,9 +251,9 @@ def test_the_sampled_drift_ratio_and_the_drawn_hits():
 
 @pytest.mark.parametrize("answers", ["answer-drift-sampled-t07-nf4", "answer-drift-sampled-t1-nf4"])
 def test_the_sampled_drift_reading_matches_the_committed_output(answers, capsys):
-    """The README's table of the drift at T = 0.7 and T = 1 comes from the committed answers: the
-    ratios and the mimicked check re-read from them print what the committed output says (the
-    weights' part, about a minute, is left to the script)."""
+    """The table of the drift at T = 0.7 and T = 1 (bench/predictions-and-learning.md) comes from
+    the committed answers: the ratios and the mimicked check re-read from them print what the
+    committed output says (the weights' part, about a minute, is left to the script)."""
     obj = json.loads((ROOT / "bench" / f"{answers}.json").read_text())
     committed = (ROOT / "bench" / f"{answers}.txt").read_text()
     sampled.ratios(obj)
@@ -265,7 +266,8 @@ def test_the_sampled_drift_reading_matches_the_committed_output(answers, capsys)
 
 def test_the_drift_cut_at_eos_matches_the_committed_output(capsys):
     """bench/drift_eos.py: a rest cut after the answer's first EOS counts only the positions up to
-    it; its reading of the committed answers is the committed output the README quotes."""
+    it; its reading of the committed answers is the committed output that
+    bench/predictions-and-learning.md quotes."""
     eos = _script("drift_eos")
     answer = {"domain": "code", "ranks": [1] * 60 + [0] * 4 + [1, 0, 1, 0] + [0] * 8,
               "answer_ids": [5] * 67 + [eos.EOS_IDS[0]] + [7] * 8}
@@ -294,8 +296,9 @@ def test_the_mimicked_check_predicts_rank_1_as_the_learner_does():
 
 
 def test_the_learning_checks_bias_reading_matches_the_committed_output(capsys):
-    """bench/learning_check_bias.py, whose totals the README quotes, reads the committed checks'
-    first runs (a repeated or carried run and a running twin are left out) into the committed output."""
+    """bench/learning_check_bias.py, whose totals bench/predictions-and-learning.md and the README
+    quote, reads the committed checks' first runs (a repeated or carried run and a running twin
+    are left out) into the committed output."""
     bias = _script("learning_check_bias")
     check = {"learning_check": {"runs": [
         {"temperature": 0.0, "kind": "code", "error": 0.1}, {"temperature": 0.0, "kind": "code", "error": -0.3},

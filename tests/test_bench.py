@@ -161,7 +161,7 @@ def test_bench_applies_top_k_to_its_runs_and_vectors(tmp_path, monkeypatch):
 
 
 def test_bench_on_a_prompt_set_with_only_the_sequoia_lanes(tmp_path):
-    # the held-out check's shape (README): a titled prompt set, no chain or SpecInfer lanes
+    # the held-out check's shape (bench/predictions-and-learning.md): a titled prompt set, no chain or SpecInfer lanes
     held_out = json.loads((ROOT / "assets" / "heldout-prompts.json").read_text())["prompts"]
     chosen = [held_out[0], next(p for p in held_out if p["kind"] == "prose")]
     (tmp_path / "set.json").write_text(json.dumps({"prompts": chosen}))
