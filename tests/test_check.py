@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from engine import attention, check, cli, sampling
+from tests.broken_verifiers import verify_without_residual
 from tests.tiny import DEVICE, tiny_pair, tiny_pair_dirs
 
 PAIR = dict(family="llama", chars="abcde", noise=0.8, seed=3)  # vocab 7; a draft far from the target
@@ -114,19 +115,10 @@ def draft_as_target(p, q, children, generator):
     return ORIGINAL_SEQUOIA(q, q, children, generator)
 
 
-def no_residual(p, q, children, generator):
-    """Broken: the residual is never updated after a rejection (the bonus comes from p)."""
-    for position, token in enumerate(children):
-        r = float(torch.rand((), generator=generator, dtype=torch.float64, device=p.device))
-        if r * float(q[token]) < float(p[token]):
-            return sampling.Verdict(position, None, [False] * position + [True])
-    return sampling.Verdict(None, p.clone(), [False] * len(children))
-
-
 ORIGINAL_SEQUOIA = sampling.verify_sequoia
 
 
-@pytest.mark.parametrize("broken", [draft_as_target, no_residual])
+@pytest.mark.parametrize("broken", [draft_as_target, verify_without_residual])
 def test_broken_verifier_fails_the_sampling_check(pair, monkeypatch, broken):
     monkeypatch.setattr(sampling, "verify_sequoia", broken)
     report = check.run_check(pair, config(sections=("sampling",), methods=("sequoia",), samples=300,

@@ -14,6 +14,7 @@ from engine.models import encode_prompt
 from engine.planning import table_for
 from engine.settings import Settings
 from engine.tree import Tree
+from tests.broken_verifiers import verify_without_residual
 from tests.tiny import greedy_reference, tiny_pair, with_eos
 
 GREEDY_TOKENS = 48
@@ -187,13 +188,7 @@ def test_sampled_continuations_follow_target(dist_pair, name, temperature, top_p
 @pytest.mark.parametrize("dist_pair", [pytest.param("default", marks=pytest.mark.slow), "fast"], indirect=True)
 def test_distribution_test_fails_for_a_wrong_verifier(dist_pair, monkeypatch):
     """The same test with the residual update removed must fail: the test has teeth."""
-    def no_residual(p, q, children, generator):
-        for position, token in enumerate(children):
-            r = float(torch.rand((), generator=generator, dtype=torch.float64, device=p.device))
-            if r * float(q[token]) < float(p[token]):
-                return sampling.Verdict(position, None, [False] * position + [True])
-        return sampling.Verdict(None, p.clone(), [False] * len(children))
-    monkeypatch.setattr(sampling, "verify_sequoia", no_residual)
+    monkeypatch.setattr(sampling, "verify_sequoia", verify_without_residual)
     ids = encode_prompt(dist_pair, "abca", chat=False)
     settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=11)
     exact = exact_two_token_distribution(dist_pair, ids, 1.0, 1.0)

@@ -7,6 +7,7 @@ import torch
 from scipy.stats import chisquare
 
 from engine import sampling
+from tests.broken_verifiers import verify_without_residual
 
 
 def t(*xs):
@@ -109,17 +110,8 @@ def test_emitted_token_follows_target(verify, draw):
     assert emitted_distribution_pvalue(verify, draw, P, Q, k=3) > 1e-3
 
 
-def wrong_verifier_no_residual(p, q, children, generator):
-    """A broken verifier: rejections never update the residual (bonus drawn from p)."""
-    for position, token in enumerate(children):
-        r = float(torch.rand((), generator=generator, dtype=torch.float64))
-        if r * float(q[token]) < float(p[token]):
-            return sampling.Verdict(position, None)
-    return sampling.Verdict(None, p.clone())
-
-
 def test_distribution_check_has_teeth():
-    assert emitted_distribution_pvalue(wrong_verifier_no_residual, sampling.draw_without_replacement, P, Q, k=3) < 1e-6
+    assert emitted_distribution_pvalue(verify_without_residual, sampling.draw_without_replacement, P, Q, k=3) < 1e-6
 
 
 def test_top_p_matches_transformers_warper_definition():
