@@ -6,10 +6,15 @@ probability of 0 would wave through a token the draft could never have proposed.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from engine.errors import UserError
+
+log = logging.getLogger(__name__)
 
 PROB_DTYPE = torch.float64
 
@@ -31,13 +36,30 @@ def warped_logits(logits: torch.Tensor, temperature: float, top_p: float = 1.0, 
 
 def target_distribution(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
                         top_k: int | None = 0) -> torch.Tensor:
-    """p: what plain sampling from the target would use."""
-    return torch.softmax(warped_logits(logits, temperature, top_p, top_k).to(PROB_DTYPE), dim=-1)
+    """p: what plain sampling from the target would use. NaN or infinite logits leave p undefined
+    (generate() refuses to sample from them too): an error, not a token drawn from NaNs."""
+    p = torch.softmax(warped_logits(logits, temperature, top_p, top_k).to(PROB_DTYPE), dim=-1)
+    if bool(torch.isnan(p).any()):
+        raise UserError("the target model returned NaN or infinite logits, so its distribution is undefined "
+                        "(an overflow in its dtype? load it in float32 or bfloat16)")
+    return p
 
 
 def draft_distribution(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """q: softmax(draft_logits / T). Any q keeps the output exact; no top-p needed."""
-    return torch.softmax(logits.to(PROB_DTYPE) / float(temperature), dim=-1)
+    """q: softmax(draft_logits / T). Any q keeps the output exact; no top-p needed. A row of
+    NaN or infinite logits (a draft overflowing its dtype) gives a uniform q: it proposes
+    nothing useful, but what is drawn from it and verified against it stays exact."""
+    q = torch.softmax(logits.to(PROB_DTYPE) / float(temperature), dim=-1)
+    broken = torch.isnan(q).any(dim=-1, keepdim=True)
+    if bool(broken.any()):
+        if not _said["broken draft"]:   # once per process: a broken draft would say it at every node
+            _said["broken draft"] = True
+            log.warning("the draft returned NaN or infinite logits: drafting from a uniform distribution there")
+        q = torch.where(broken, torch.full_like(q, 1.0 / q.shape[-1]), q)
+    return q
+
+
+_said = {"broken draft": False}
 
 
 def _inverse_cdf(cdf: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -57,33 +79,49 @@ def _uniform(generator: torch.Generator, device) -> float:
     return float(torch.rand((), generator=generator, device=device, dtype=PROB_DTYPE))
 
 
-def draw_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
-    """k successive draws without replacement from q, in draw order.
+BLOCK = 512   # tokens per block of draw_without_replacement's two-level draw
 
-    Each draw inverts q's CDF with the mass already drawn cut out: a uniform u on the remaining
-    mass is shifted past the drawn tokens' intervals (one cumulative sum for all k draws). Once
-    q's support is used up, later draws are uniform over the tokens not drawn yet, which is
-    exactly the fallback the verifier applies when D runs out of mass."""
-    cdf = torch.cumsum(q, 0)
-    total = float(cdf[-1])
-    support = int(torch.count_nonzero(q)) if k > 1 else 1
-    u = torch.rand((k,), generator=generator, device=q.device, dtype=PROB_DTYPE).tolist()
+
+def draw_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
+    """k successive draws without replacement from q, in draw order: each from q with the tokens
+    drawn before it removed, renormalised, which is the D the verifier tests that child against
+    (ALGORITHM.md section 3).
+
+    Every draw is exact to float rounding relative to the mass still left. One CDF over q cannot
+    be: it resolves about 1e-16 of q's total, so after a confident draft's first child (1e-13 of
+    the mass left at a logit lead of 30, or of 9 at T = 0.25) the next child's draw was far from
+    that remainder, and the output far from the target's distribution. So two levels: the tokens
+    in blocks of BLOCK, a block picked by the blocks' masses, a token by its block's own CDF; a
+    drawn token's block sums its remaining tokens again (no subtraction from a larger total).
+    Once q's support is used up, later draws are uniform over the tokens not drawn yet, exactly
+    the fallback the verifier applies when D runs out of mass."""
+    if k == 1:
+        return [sample_token(q, generator)]
+    size = q.numel()
+    blocks = q.new_zeros(-(-size // BLOCK) * BLOCK)   # q padded to whole blocks; drawn tokens zeroed here
+    blocks[:size] = q
+    blocks = blocks.view(-1, BLOCK)
+    mass = blocks.sum(1)
     drawn: list[int] = []
-    removed = 0.0
     for i in range(k):
-        left = total - removed
-        if left <= 0 or len(drawn) >= support:
-            return drawn + _uniform_rest(q.numel(), drawn, k - i, generator, q.device)
-        x = u[i] * left
-        for token in sorted(drawn, key=lambda t: float(cdf[t])):  # skip drawn intervals, lowest first
-            if x >= float(cdf[token]) - float(q[token]):
-                x += float(q[token])
-        token = int(_inverse_cdf(cdf, torch.tensor([min(x, total)], dtype=PROB_DTYPE, device=q.device)))
-        while token in drawn or float(q[token]) == 0:  # rounding at an interval edge: the next token up
-            token = (token + 1) % q.numel()
-        drawn.append(token)
-        removed += float(q[token])
+        block_cdf = torch.cumsum(mass, 0)
+        if float(block_cdf[-1]) <= 0:
+            return drawn + _uniform_rest(size, drawn, k - i, generator, q.device)
+        u = torch.rand((2,), generator=generator, device=q.device, dtype=PROB_DTYPE)
+        b = _draw_index(block_cdf, u[0])
+        row = blocks[b]
+        j = _draw_index(torch.cumsum(row, 0), u[1])
+        drawn.append(b * BLOCK + j)
+        row[j] = 0.0
+        mass[b] = row.sum()
     return drawn
+
+
+def _draw_index(cdf: torch.Tensor, u: torch.Tensor) -> int:
+    """The entry of positive mass that u (uniform on [0, 1)) picks by inverting cdf."""
+    total = cdf[-1]
+    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # u * total may round up to it
+    return int(torch.searchsorted(cdf, x.reshape(1), right=True))
 
 
 def _uniform_rest(size: int, drawn: list[int], k: int, generator: torch.Generator, device) -> list[int]:

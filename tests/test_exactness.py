@@ -15,7 +15,7 @@ from engine.planning import table_for
 from engine.settings import Settings
 from engine.tree import Tree
 from tests.broken_verifiers import verify_without_residual
-from tests.tiny import greedy_reference, tiny_pair, with_eos
+from tests.tiny import greedy_reference, load_tiny, tiny_pair, tiny_pair_dirs, with_eos
 
 GREEDY_TOKENS = 48
 
@@ -195,6 +195,26 @@ def test_distribution_test_fails_for_a_wrong_verifier(dist_pair, monkeypatch):
     samples = samples_until(dist_pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES,
                             lambda s: chi_square_pvalue(s, exact) < 1e-4)
     assert chi_square_pvalue(samples, exact) < 1e-4  # within the SAMPLES the real test draws
+
+
+def test_a_confident_draft_the_target_overrules_stays_exact():
+    """A draft whose output head is scaled up puts all but ~1e-15 of its mass on one token, and
+    the target often disagrees: every later child is drawn from that tiny
+    remainder. Drawn from one CDF over q, those children left the D the verifier renormalises to
+    and the output left the target's distribution (chi-square p ~ 1e-170)."""
+    pair = load_tiny(*tiny_pair_dirs("llama", chars=DIST_CHARS, noise=0.8, seed=3))   # its own copy: weights change
+    head = pair.draft.get_output_embeddings()
+    assert head.weight is not pair.draft.get_input_embeddings().weight
+    with torch.no_grad():
+        head.weight.mul_(150.0)
+    ids = encode_prompt(pair, "abca", chat=False)
+    q = sampling.draft_distribution(fresh_logits(pair.draft, ids), 1.0)
+    top = int(q.argmax())
+    assert 1.0 - float(q[top]) < 1e-12 and int((q > 0).sum()) > 1   # a remainder near 1's resolution
+    assert float(sampling.target_distribution(fresh_logits(pair.target, ids), 1.0)[top]) < 0.5   # often overruled
+    settings = Settings(temperature=1.0, max_new_tokens=2, ignore_eos=True, seed=11)
+    samples = two_token_samples(pair, ids, DIST_METHODS["sequoia"], settings, SAMPLES)
+    assert chi_square_pvalue(samples, exact_two_token_distribution(pair, ids, 1.0, 1.0)) > 1e-3
 
 
 # ------------------------------------------------------------------ EOS, vocabularies, draft masks

@@ -1,12 +1,14 @@
 """Verifier units on hand-made distributions (ALGORITHM.md §3), no models."""
 import collections
 import itertools
+import math
 
 import pytest
 import torch
 from scipy.stats import chisquare
 
 from engine import sampling
+from engine.errors import UserError
 from tests.broken_verifiers import verify_without_residual
 
 
@@ -85,6 +87,96 @@ def test_draws_without_replacement_follow_successive_conditionals():
     assert chisquare([first[i] for i in range(3)], [n * x for x in (0.5, 0.3, 0.2)]).pvalue > 1e-3
     m = sum(second.values())
     assert chisquare([second[1], second[2]], [m * 0.6, m * 0.4]).pvalue > 1e-3
+
+
+def confident_draft(size: int, lead: float, tail: dict[int, float]) -> tuple[int, torch.Tensor]:
+    """q over `size` tokens: one token (`lead` logits ahead, the first of them) holds all but
+    about e^-lead of the mass, the `tail` tokens share the rest in the given ratios, every other
+    token has none. Returns (the confident token, q)."""
+    logits = torch.full((size,), float("-inf"), dtype=torch.float64)
+    for token, weight in tail.items():
+        logits[token] = math.log(weight)
+    top = min(set(range(size)) - set(tail))
+    logits[top] = lead
+    return top, sampling.draft_distribution(logits, 1.0)
+
+
+@pytest.mark.parametrize("size", [4, 1500])   # one block, and several (sampling.BLOCK)
+def test_after_a_confident_first_child_the_next_follows_the_tiny_remainder(size):
+    """The draft holds all but ~1e-17 of its mass on one token, below what one CDF over q resolves
+    next to 1: the second child must still follow the remainder (ratios 1 : 2 : 3), the D the
+    verifier renormalises to. Drawn from one CDF it came out uniform over the vocabulary."""
+    tail = {1: 1.0, 2: 2.0, 3: 3.0} if size == 4 else {200: 1.0, 900: 2.0, 1400: 3.0}
+    top, q = confident_draft(size, 40.0, tail)
+    assert float(q[top]) == 1.0 and 0 < float(q[list(tail)].sum()) < 1e-16
+    g, second = gen(5), collections.Counter()
+    n = 3000
+    for _ in range(n):
+        children = sampling.draw_without_replacement(q, 2, g)
+        assert children[0] == top
+        second[children[1]] += 1
+    assert set(second) <= set(tail), sorted(second)[:5]
+    assert chisquare([second[t] for t in tail], [n * w / 6 for w in tail.values()]).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("size", [4, 1500])
+def test_a_confident_draft_that_the_target_overrules_stays_exact(size):
+    """The case above end to end: the target disagrees with the confident draft, so the emitted
+    token comes from later children or the residual, and must follow p."""
+    tail = {1: 1.0, 2: 2.0, 3: 3.0} if size == 4 else {200: 1.0, 900: 2.0, 1400: 3.0}
+    top, q = confident_draft(size, 40.0, tail)
+    p = torch.zeros(size, dtype=torch.float64)
+    for token, mass in zip([top, *tail], (0.1, 0.5, 0.3, 0.1)):
+        p[token] = mass
+    g, counts = gen(6), collections.Counter()
+    n = 4000
+    for _ in range(n):
+        children = sampling.draw_without_replacement(q, 3, g)
+        verdict = sampling.verify_sequoia(p, q, children, g)
+        counts[children[verdict.accepted] if verdict.accepted is not None
+               else sampling.sample_token(verdict.residual, g)] += 1
+    support = [top, *tail]
+    assert set(counts) <= set(support)
+    assert chisquare([counts[t] for t in support], [n * float(p[t]) for t in support]).pvalue > 1e-3
+
+
+def test_draws_across_blocks_are_distinct_and_use_the_support_first():
+    """A vocabulary of several blocks: k draws are distinct, in range, and reach tokens of no
+    mass only once q's support is used up (then uniformly over the rest)."""
+    g = gen(7)
+    size = 3 * sampling.BLOCK + 17
+    q = torch.zeros(size, dtype=torch.float64)
+    support = [3, sampling.BLOCK + 5, 2 * sampling.BLOCK + 400, size - 1]
+    q[support] = t(0.4, 0.3, 0.2, 0.1)
+    beyond = collections.Counter()
+    for _ in range(400):
+        children = sampling.draw_without_replacement(q, 7, g)
+        assert len(set(children)) == 7 and all(0 <= c < size for c in children)
+        assert sorted(children[:4]) == sorted(support)
+        beyond.update(children[4:])
+    assert len(beyond) > 500   # the uniform rest spreads over the whole vocabulary
+
+
+def test_a_draft_with_nan_logits_drafts_uniformly_and_stays_exact():
+    """NaN or infinite draft logits (a draft overflowing float16) made q all NaN: every draw and
+    test on it was garbage (token 0 emitted every time). Such a row drafts from uniform q."""
+    logits = torch.tensor([1.0, float("nan"), 0.5, float("inf")])
+    q = sampling.draft_distribution(logits, 0.7)
+    assert torch.equal(q, torch.full((4,), 0.25, dtype=torch.float64))
+    rows = sampling.draft_distribution(torch.stack([logits, torch.tensor([0.0, 1.0, 2.0, 3.0])]), 1.0)
+    assert torch.equal(rows[0], q) and torch.allclose(rows[1], torch.softmax(torch.arange(4.0, dtype=torch.float64), 0))
+    p = t(0.5, 0.3, 0.15, 0.05)
+    assert emitted_distribution_pvalue(sampling.verify_sequoia, sampling.draw_without_replacement, p, q, k=2,
+                                       n=3000) > 1e-3
+
+
+def test_nan_target_logits_are_an_error_not_a_token():
+    """generate() refuses to sample from NaN probabilities; the engine drew the last token instead."""
+    with pytest.raises(UserError, match="NaN or infinite logits"):
+        sampling.target_distribution(torch.tensor([1.0, float("nan"), 0.0]), 1.0)
+    with pytest.raises(UserError):
+        sampling.target_distribution(torch.tensor([1.0, float("inf"), 0.0]), 0.7, top_p=0.9)
+    assert sampling.target_distribution(torch.tensor([1.0, float("-inf"), 0.0]), 1.0)[1] == 0   # -inf is no mass
 
 
 def emitted_distribution_pvalue(verify, draw, p, q, k, n=8000, seed=0):
