@@ -36,8 +36,9 @@ sampling   For each method and each sampling setting (T=1, and T=0.7 with top-p 
            that the test detects with 90 % probability at that N.
 structure  The tree-mask probes of both models (ModelPair.probe), tokenizer equality (re-loaded from the
            model folders), vocabulary sizes, dtype/device/eval mode, and the KV-commit check: after each
-           of a few speculative steps at T=1, the logits from the committed caches equal those of a fresh
-           plain forward over the committed sequence (target and draft).
+           of a few greedy speculative steps (the draft's top tokens, accepted most often, so accepted
+           paths get committed), the logits from the committed caches equal those of a fresh plain
+           forward over the committed sequence (target and draft).
 
 Trees used (fixed shapes, so that the check does not depend on measuring acceptance first; all of depth
 3 so that a sample costs 2 draft forwards + 1 target forward; deeper shapes are exercised by the test suite):

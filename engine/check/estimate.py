@@ -69,7 +69,7 @@ def estimate_for_prompts(pair: ModelPair, config: CheckConfig, prompts: list[lis
     mean_len = sum(len(p) for p in prompts) / len(prompts) + g / 2
     prefix_seconds = mean_len * prefill
     kv_method = next((m for m in check_methods if m.uses_draft), check_methods[0])
-    kv_step = sample_step[kv_method.name] + (len(ids) + config.kv_steps) * prefill
+    kv_step = greedy_step[kv_method.name] + (len(ids) + config.kv_steps) * prefill
     sections = {}
     if "greedy" in config.sections or "sampling" in config.sections:
         sections["greedy"] = sum(reference_seconds) + (sum(sum(r.values()) for r in greedy_runs)

@@ -104,7 +104,10 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     # near an even pair of tokens; a wrong commit moves logits by whole units
     coarse = {role: dtype for role in ("target", "draft") if (dtype := pair.precision(role)) != pair.dtype}
     rounding = {role: 0.0 for role in coarse}
-    settings = Settings(temperature=1.0, max_new_tokens=cfg.kv_steps * method.tree.depth + 1, ignore_eos=True,
+    # greedy: a draft's own top tokens are accepted far more often than its samples, and only an
+    # accepted path of 2+ tokens tells a right commit from one keeping the tree's first rows (at
+    # T = 1 a weak draft could go every step without one, and a broken commit passed)
+    settings = Settings(temperature=0.0, max_new_tokens=cfg.kv_steps * method.tree.depth + 1, ignore_eos=True,
                         seed=cfg.seed)
     decoder = Decoder(pair, method, settings, generator=seeded_generator(pair, cfg.seed + 7))
     worst = {"target": 0.0, "draft": 0.0}
@@ -176,7 +179,7 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     elif steps == 0:
         ctx.add("structure", "KV commit", "skip", "generation ended before a step could be checked", **details)
     else:
-        ctx.add("structure", "KV commit", "pass", f"after {steps} {method.name} steps at T=1 ({accepted} draft "
+        ctx.add("structure", "KV commit", "pass", f"after {steps} greedy {method.name} steps ({accepted} draft "
                 f"tokens accepted) the cached logits equal a fresh forward: {said('target')}"
                 + (f", {said('draft')}" if not coupled else
                    f"; draft total variation {worst['draft']:.2g}, not judged: its int8 kernels couple rows, "
