@@ -351,6 +351,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         run = Run(settings)
         sess.events = run.events
         sess.run_info = {"run": run, "kind": spec.kind}
+        sess.run_going("live")
         last_fig = last_acc = last_text = 0.0
         ahead = job.position
         yield {status: f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
@@ -369,7 +370,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                     run.learning = item.data
                 elif isinstance(item, StepEvent):
                     run.events.append(item)
-                    out = {step_json: run.data(item), status: _run_status(item, run)}
+                    line = _run_status(item, run)
+                    out = {step_json: run.data(item), status: sess.run_ended("live", line) if item.done else line}
                     now = time.monotonic()
                     if now - last_text >= TEXT_INTERVAL or item.done:
                         out[text], out[metrics] = run.text(), run.metrics()
@@ -389,18 +391,23 @@ def build(ctx: AppContext, header: dict) -> dict:
                     yield out
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message
             message = failure_message(exc, "generate")
-            yield {status: f"✗ {message}", replay: _replay_update(len(run.steps))}
+            yield {status: sess.run_ended("live", f"✗ {message}"), replay: _replay_update(len(run.steps))}
             raise gr.Error(message) from None
         finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
                 job.stop()
         if job.state == "stopped" and not run.events:
-            yield {status: "Stopped before the first step."}
+            yield {status: sess.run_ended("live", "Stopped before the first step.")}
 
     def stop_run(request: gr.Request):
-        if ctx.sessions.get(request).stop_all():
+        if ctx.sessions.get(request).stop_tab("live"):
             return "■ stopping after the current step…"
         return "Nothing is running in this tab."
+
+    def line_after_stop(request: gr.Request):
+        """Stop's reply is shown: if the run it stopped has ended meanwhile, its last line again."""
+        line = ctx.sessions.get(request).line_after_stop("live")
+        return gr.skip() if line is None else line
 
     def show_step(step_v, request: gr.Request):
         sess = ctx.sessions.get(request)
@@ -446,7 +453,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                          show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
-    stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT)
+    stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT).then(
+        line_after_stop, None, status, api_name="line_after_stop", show_progress="hidden", **LIGHT, **PAGE_WIRING)
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)

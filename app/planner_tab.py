@@ -226,14 +226,21 @@ def build(ctx: AppContext, live: dict) -> dict:
                                                                      top_k=settings.top_k)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
-        yield from _follow(job, acc_caption, "measuring acceptance")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        yield from _follow(job, acc_caption, "measuring acceptance", ctx.sessions.get(request))
+        yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
     def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
-        yield from _follow(job, prof_caption, "profiling")
-        yield view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
+        yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+
+    def ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request) -> dict:
+        """The view once a measurement ended; its caption under the Stop button is recorded first
+        (Session.line_after_stop)."""
+        out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        ctx.sessions.get(request).run_ended("planner", out.get(acc_caption, ""))
+        return out
 
     def import_tree(path, request: gr.Request):
         sess = ctx.sessions.get(request)
@@ -268,9 +275,16 @@ def build(ctx: AppContext, live: dict) -> dict:
                          show_progress="hidden", **LIGHT)
 
     def stop_measuring(request: gr.Request):
-        return "■ stopping…" if ctx.sessions.get(request).stop_all() else "Nothing is running."
+        return "■ stopping…" if ctx.sessions.get(request).stop_tab("planner") else "Nothing is running."
 
-    stop.click(stop_measuring, None, acc_caption, api_name="stop_measuring", show_progress="hidden", **LIGHT)
+    def line_after_stop(request: gr.Request):
+        """Stop's reply is shown: if the measurement it stopped has ended meanwhile, its caption again."""
+        line = ctx.sessions.get(request).line_after_stop("planner")
+        return gr.skip() if line is None else line
+
+    stop.click(stop_measuring, None, acc_caption, api_name="stop_measuring", show_progress="hidden", **LIGHT).then(
+        line_after_stop, None, acc_caption, api_name="line_after_stop_measuring", show_progress="hidden",
+        **PAGE_WIRING, **LIGHT)
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
@@ -280,15 +294,16 @@ def build(ctx: AppContext, live: dict) -> dict:
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 
-def _follow(job, caption, what: str):
+def _follow(job, caption, what: str, sess):
     """Stream a measuring job's progress into one caption; raise its error as a page message."""
+    sess.run_going("planner")
     try:
         for item in job.stream():
             if isinstance(item, Progress):
                 yield {caption: progress_text(item)}
     except Exception as exc:  # noqa: BLE001
         message = failure_message(exc, what)
-        yield {caption: f"✗ {message}"}
+        yield {caption: sess.run_ended("planner", f"✗ {message}")}
         raise gr.Error(message) from None
     if job.state == "stopped":
         yield {caption: f"{what} stopped"}

@@ -6,7 +6,7 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, failure_message, progress_text
+from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.settings import MAX_NEW_TOKENS
@@ -138,6 +138,7 @@ def build(ctx: AppContext) -> dict:
             raise gr.Error(str(exc)) from None
         sess.job = job
         sess.run_info["kind"] = "race"  # re-plans do not reach a race
+        sess.run_going("race")
         order = [lane for lane, _ in specs]
         lanes: dict[str, dict] = {lane: {} for lane in order}
         series: dict[str, list] = {lane: [] for lane in order}
@@ -172,7 +173,7 @@ def build(ctx: AppContext) -> dict:
                         yield out
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "race")
-            yield {status: f"✗ {message}"}
+            yield {status: sess.run_ended("race", f"✗ {message}")}
             raise gr.Error(message) from None
         finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
@@ -180,19 +181,26 @@ def build(ctx: AppContext) -> dict:
         summary = _summary(order, lanes, greedy)
         done_all = all(lanes[lane].get("last") is not None and lanes[lane]["last"].done for lane in order)
         stopped = job.state == "stopped" or not done_all
-        yield {status: "■ Race stopped." if stopped else "✓ Race finished.",
+        yield {status: sess.run_ended("race", "■ Race stopped." if stopped else "✓ Race finished."),
                lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     def stop_race(request: gr.Request):
-        if ctx.sessions.get(request).stop_all():
+        if ctx.sessions.get(request).stop_tab("race"):
             return "■ stopping after the current step…"
         return "Nothing is running in this tab."
+
+    def line_after_stop(request: gr.Request):
+        """Stop's reply is shown: if the race it stopped has ended meanwhile, its last line again."""
+        line = ctx.sessions.get(request).line_after_stop("race")
+        return gr.skip() if line is None else line
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
                             show_progress="minimal", show_progress_on=[status], **MODEL)
-    stop.click(stop_race, None, status, api_name="stop_race", show_progress="hidden", **LIGHT)
+    stop.click(stop_race, None, status, api_name="stop_race", show_progress="hidden", **LIGHT).then(
+        line_after_stop, None, status, api_name="line_after_stop_race", show_progress="hidden", **LIGHT,
+        **PAGE_WIRING)
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 
 

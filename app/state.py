@@ -49,6 +49,10 @@ class Session:
     plan_asks: int = 0                    # plans asked for by this page, Generate's included
     plan_after_run: bool = False          # a control that re-plans was changed while a run went
     plan_profile: Any = None              # the device profile's stamp when the header last planned
+    # per tab ("live", "race", "planner"): the status line its last run ended with (None while it
+    # goes), and the tabs whose going run this page's last Stop stopped (see line_after_stop)
+    ended_with: dict = field(default_factory=dict)
+    stopped_going: set = field(default_factory=set)
     touched: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -89,6 +93,34 @@ class Session:
                 job.stop()
                 found = True
         return found
+
+    # Stop's reply ("stopping after the current step") and the run's own last status line travel as
+    # two events' outputs: when the run ends right after Stop, the reply can reach the page last and
+    # stay there. So a tab's Stop is followed by line_after_stop, which puts the run's last line back.
+    def run_going(self, tab: str) -> None:
+        self.ended_with[tab] = None
+
+    def run_ended(self, tab: str, line: str) -> str:
+        """Record (before it is shown) the status line `tab`'s run ended with; returns it."""
+        self.ended_with[tab] = line
+        return line
+
+    def stop_tab(self, tab: str) -> bool:
+        """stop_all for `tab`'s Stop button, remembering whether `tab`'s own run was going."""
+        going = tab in self.ended_with and self.ended_with[tab] is None
+        self.stopped_going.discard(tab)
+        stopped = self.stop_all()
+        if stopped and going:
+            self.stopped_going.add(tab)
+        return stopped
+
+    def line_after_stop(self, tab: str) -> str | None:
+        """After Stop's reply is shown: the line `tab`'s run ended with, if that Stop stopped it and
+        it has ended (else None: its last line is still to come, and will land after the reply)."""
+        if tab not in self.stopped_going or self.ended_with.get(tab) is None:
+            return None
+        self.stopped_going.discard(tab)
+        return self.ended_with[tab]
 
     def publish(self, kind: str, tree: Tree) -> None:
         with self.lock:

@@ -222,7 +222,7 @@ def test_the_api_page_lists_what_a_script_wants_with_names(client):
     info = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
     listed = set(info)
     assert SCRIPT_API <= listed, SCRIPT_API - listed
-    assert not {name for name in listed if name.startswith(("/plan_on", "/plan_after", "/planner_on"))
+    assert not {name for name in listed if name.startswith(("/plan_on", "/plan_after", "/planner_on", "/line_after"))
                 or name in ("/first_plan", "/set_learn", "/pick_example")}, sorted(listed)
     unnamed = {(name, part["component"], part["label"]) for name, endpoint in info.items()
                for part in endpoint["parameters"] + endpoint["returns"]
@@ -261,3 +261,40 @@ def test_the_last_step_data_holds_the_answer_without_its_eos():
     assert last["finish_reason"] == "eos" and last["text"] == pair.tokenizer.decode(out)
     assert last["answer"] == pair.tokenizer.decode(out[:-1]) != last["text"]
     assert all("answer" not in run.data(ev) for ev in events[:-1])
+
+
+class _Job:
+    def __init__(self):
+        self.done = False
+
+    def stop(self):
+        self.done = True
+
+
+def test_stops_follow_up_puts_back_only_the_last_line_of_the_run_it_stopped():
+    """Session.line_after_stop, which each tab's Stop is followed by (the reply can reach the page
+    after the run's last line): the line comes back only for the tab whose going run that Stop
+    stopped, once it has ended, and once."""
+    from app.state import Session
+    sess = Session()
+    sess.job = _Job()
+    sess.run_going("live")
+    assert sess.stop_tab("live")
+    assert sess.line_after_stop("live") is None   # not ended yet: its last line is still to come
+    sess.run_ended("live", "✓ Done (stopped)")
+    assert sess.line_after_stop("live") == "✓ Done (stopped)"
+    assert sess.line_after_stop("live") is None   # once
+    # a Stop with nothing going keeps its "Nothing is running" reply (no earlier run's line back)
+    assert not sess.stop_tab("live") and sess.line_after_stop("live") is None
+    # the Live Stop stopping a race: the race's line is the Race tab's, not the Live tab's
+    sess.job = _Job()
+    sess.run_going("race")
+    assert sess.stop_tab("live")
+    sess.run_ended("race", "■ Race stopped.")
+    assert sess.line_after_stop("live") is None
+    # the planner's measurement, stopped from its own Stop
+    sess.aux = _Job()
+    sess.run_going("planner")
+    assert sess.stop_tab("planner")
+    sess.run_ended("planner", "measured over 96 positions")
+    assert sess.line_after_stop("planner") == "measured over 96 positions"

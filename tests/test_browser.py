@@ -229,9 +229,45 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
     page.click("#sq-stop")
     assert wait_for(lambda: other["prompt"] in asked, 30), asked
     page.wait_for_timeout(800)   # let the re-plan's update land
-    status = page.locator("#sq-live-status").inner_text()
-    assert "Done" in status, status   # the run's summary and its last tree stay
+    # the run's summary and its last tree stay (Stop's reply may land after the run's last line:
+    # its follow-up puts the summary back, test_a_stop_reply_landing_after_the_run_ended_...)
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Done')", timeout=10_000)
     assert "Step " in page.locator("#sq-tree").inner_text()
+    assert not page_errors(page), page_errors(page)
+
+
+def test_a_stop_reply_landing_after_the_run_ended_leaves_the_runs_summary(served, page, monkeypatch):
+    """Stop's reply ("stopping after the current step") and the run's last line are two events'
+    outputs. When the run ends before the reply reaches the page (here the reply is held back), the
+    status line ended on "stopping" for good (a browser test failed on it under load); Stop's
+    follow-up now puts the run's summary back."""
+    from app.state import Session
+    url, ctx = served
+    source, stop_tab = Session.tree_source, Session.stop_tab
+
+    def slow_steps(self, kind):   # the tiny pair would finish before Stop: each step asks for its tree
+        newest = source(self, kind)
+        return lambda: time.sleep(0.2) or newest()
+
+    def late_reply(self, tab):
+        stopped = stop_tab(self, tab)
+        time.sleep(1.5)   # the run ends at its next step meanwhile, and its last line is shown first
+        return stopped
+
+    monkeypatch.setattr(Session, "tree_source", slow_steps)
+    monkeypatch.setattr(Session, "stop_tab", late_reply)
+    open_page(page, url)
+    page.locator("#sq-hw input").click()
+    page.locator("#sq-max-new input").fill("400")
+    page.click("#sq-generate")
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('step ')")
+    page.click("#sq-stop")
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Done (stopped)')",
+                           timeout=20_000)   # the run's own last line
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('stopping')",
+                           timeout=20_000)   # then the held-back reply
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Done (stopped)')",
+                           timeout=20_000)   # and the summary again
     assert not page_errors(page), page_errors(page)
 
 
