@@ -389,6 +389,9 @@ def build(ctx: AppContext, header: dict) -> dict:
                             out[tree] = run.tree_fig(steps[-1])
                         out[replay] = _replay_update(len(steps))
                     yield out
+        except GeneratorExit:   # the page went away: no last line will be shown
+            sess.run_ended("live", "")
+            raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message
             message = failure_message(exc, "generate")
             yield {status: sess.run_ended("live", f"✗ {message}"), replay: _replay_update(len(run.steps))}
@@ -400,9 +403,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: sess.run_ended("live", "Stopped before the first step.")}
 
     def stop_run(request: gr.Request):
-        if ctx.sessions.get(request).stop_tab("live"):
-            return "■ stopping after the current step…"
-        return "Nothing is running in this tab."
+        return stop_reply(ctx.sessions.get(request).stop_tab("live"), "live")
 
     def line_after_stop(request: gr.Request):
         """Stop's reply is shown: if the run it stopped has ended meanwhile, its last line again."""
@@ -482,6 +483,20 @@ def build(ctx: AppContext, header: dict) -> dict:
             "replan_when_idle": (replan_when_idle, plan_inputs, plan_outputs),
             # what the Race tab calls once a race ends (Live controls may have moved meanwhile)
             "plan_after_run": (plan_after_run, plan_inputs, plan_outputs)}
+
+
+STOPPING = {"race": "■ stopping the race (Race tab)…", "planner": "■ stopping the measurement (Planner tab)…",
+            "live": "■ stopping the Live run (Live tab)…"}
+
+
+def stop_reply(stopped: str | None, tab: str) -> str:
+    """What a tab's Stop says (Session.stop_tab): its own run ends after the current step (its last
+    line follows); another tab's run is named, since this tab shows nothing of it ending."""
+    if stopped is None:
+        return "Nothing is running in this tab."
+    if stopped == tab or stopped not in STOPPING:
+        return "■ stopping after the current step…"
+    return STOPPING[stopped]
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text
+from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text, stop_reply
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -238,8 +238,13 @@ def build(ctx: AppContext, live: dict) -> dict:
     def ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request) -> dict:
         """The view once a measurement ended; its caption under the Stop button is recorded first
         (Session.line_after_stop)."""
-        out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
-        ctx.sessions.get(request).run_ended("planner", out.get(acc_caption, ""))
+        sess = ctx.sessions.get(request)
+        try:
+            out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        except BaseException:
+            sess.run_ended("planner", "")
+            raise
+        sess.run_ended("planner", out.get(acc_caption, ""))
         return out
 
     def import_tree(path, request: gr.Request):
@@ -275,7 +280,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                          show_progress="hidden", **LIGHT)
 
     def stop_measuring(request: gr.Request):
-        return "■ stopping…" if ctx.sessions.get(request).stop_tab("planner") else "Nothing is running."
+        return stop_reply(ctx.sessions.get(request).stop_tab("planner"), "planner")
 
     def line_after_stop(request: gr.Request):
         """Stop's reply is shown: if the measurement it stopped has ended meanwhile, its caption again."""
@@ -301,6 +306,9 @@ def _follow(job, caption, what: str, sess):
         for item in job.stream():
             if isinstance(item, Progress):
                 yield {caption: progress_text(item)}
+    except GeneratorExit:   # the page went away: no last line will be shown
+        sess.run_ended("planner", "")
+        raise
     except Exception as exc:  # noqa: BLE001
         message = failure_message(exc, what)
         yield {caption: sess.run_ended("planner", f"✗ {message}")}

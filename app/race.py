@@ -6,7 +6,7 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text
+from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text, stop_reply
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.settings import MAX_NEW_TOKENS
@@ -171,6 +171,9 @@ def build(ctx: AppContext) -> dict:
                             last_chart = now
                             out[chart] = plots.race_figure(series)
                         yield out
+        except GeneratorExit:   # the page went away: no last line will be shown
+            sess.run_ended("race", "")
+            raise
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "race")
             yield {status: sess.run_ended("race", f"✗ {message}")}
@@ -186,9 +189,7 @@ def build(ctx: AppContext) -> dict:
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     def stop_race(request: gr.Request):
-        if ctx.sessions.get(request).stop_tab("race"):
-            return "■ stopping after the current step…"
-        return "Nothing is running in this tab."
+        return stop_reply(ctx.sessions.get(request).stop_tab("race"), "race")
 
     def line_after_stop(request: gr.Request):
         """Stop's reply is shown: if the race it stopped has ended meanwhile, its last line again."""

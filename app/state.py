@@ -105,14 +105,17 @@ class Session:
         self.ended_with[tab] = line
         return line
 
-    def stop_tab(self, tab: str) -> bool:
-        """stop_all for `tab`'s Stop button, remembering whether `tab`'s own run was going."""
-        going = tab in self.ended_with and self.ended_with[tab] is None
+    def stop_tab(self, tab: str) -> str | None:
+        """stop_all for `tab`'s Stop button. Returns whose run it stopped: `tab` when its own run
+        goes (or has ended and its handler has not shown its last line yet), else another tab's
+        going run, "job" for any other job (a plan's measurement), None when nothing went."""
+        going = [t for t, line in self.ended_with.items() if line is None]
         self.stopped_going.discard(tab)
         stopped = self.stop_all()
-        if stopped and going:
+        if tab in going:
             self.stopped_going.add(tab)
-        return stopped
+            return tab
+        return (going[0] if going else "job") if stopped else None
 
     def line_after_stop(self, tab: str) -> str | None:
         """After Stop's reply is shown: the line `tab`'s run ended with, if that Stop stopped it and

@@ -80,6 +80,7 @@ def _uniform(generator: torch.Generator, device) -> float:
 
 
 BLOCK = 512   # tokens per block of draw_without_replacement's two-level draw
+TINY = 2.0 ** -500   # a mass left below this is scaled up by 2^1000 before it is drawn from
 
 
 def draw_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
@@ -105,8 +106,13 @@ def draw_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator
     drawn: list[int] = []
     for i in range(k):
         block_cdf = torch.cumsum(mass, 0)
-        if float(block_cdf[-1]) <= 0:
+        left = float(block_cdf[-1])
+        if left <= 0:
             return drawn + _uniform_rest(size, drawn, k - i, generator, q.device)
+        if left < TINY:   # subnormal masses come in steps of 5e-324: scale by a power of two (exact)
+            blocks.mul_(1.0 / TINY ** 2)
+            mass.mul_(1.0 / TINY ** 2)
+            block_cdf = torch.cumsum(mass, 0)
         u = torch.rand((2,), generator=generator, device=q.device, dtype=PROB_DTYPE)
         b = _draw_index(block_cdf, u[0])
         row = blocks[b]

@@ -273,28 +273,38 @@ class _Job:
 
 def test_stops_follow_up_puts_back_only_the_last_line_of_the_run_it_stopped():
     """Session.line_after_stop, which each tab's Stop is followed by (the reply can reach the page
-    after the run's last line): the line comes back only for the tab whose going run that Stop
-    stopped, once it has ended, and once."""
+    after the run's last line): the line comes back only for the tab whose run that Stop stopped,
+    once it has ended, and once; a Stop of another tab's run says whose it is."""
+    from app.live import stop_reply
     from app.state import Session
     sess = Session()
     sess.job = _Job()
     sess.run_going("live")
-    assert sess.stop_tab("live")
+    assert sess.stop_tab("live") == "live"
     assert sess.line_after_stop("live") is None   # not ended yet: its last line is still to come
     sess.run_ended("live", "✓ Done (stopped)")
     assert sess.line_after_stop("live") == "✓ Done (stopped)"
     assert sess.line_after_stop("live") is None   # once
     # a Stop with nothing going keeps its "Nothing is running" reply (no earlier run's line back)
-    assert not sess.stop_tab("live") and sess.line_after_stop("live") is None
-    # the Live Stop stopping a race: the race's line is the Race tab's, not the Live tab's
+    assert sess.stop_tab("live") is None and sess.line_after_stop("live") is None
+    assert stop_reply(None, "live") == "Nothing is running in this tab."
+    # the job ended but its handler has not shown its last line yet: still this tab's run
+    sess.run_going("live")
+    assert sess.stop_tab("live") == "live" and stop_reply("live", "live").startswith("■ stopping after")
+    sess.run_ended("live", "✓ Done (max new tokens reached)")
+    assert sess.line_after_stop("live") == "✓ Done (max new tokens reached)"
+    # the Live Stop stopping a race names it, and brings no line back to the Live tab
     sess.job = _Job()
     sess.run_going("race")
-    assert sess.stop_tab("live")
+    assert sess.stop_tab("live") == "race" and "race" in stop_reply("race", "live")
     sess.run_ended("race", "■ Race stopped.")
     assert sess.line_after_stop("live") is None
     # the planner's measurement, stopped from its own Stop
     sess.aux = _Job()
     sess.run_going("planner")
-    assert sess.stop_tab("planner")
+    assert sess.stop_tab("planner") == "planner"
     sess.run_ended("planner", "measured over 96 positions")
     assert sess.line_after_stop("planner") == "measured over 96 positions"
+    # a plan's own measurement (no tab's run) is stopped with the plain reply
+    sess.aux = _Job()
+    assert sess.stop_tab("live") == "job" and stop_reply("job", "live").startswith("■ stopping after")

@@ -211,7 +211,7 @@ def test_an_nf4_draft_is_judged_in_bfloat16_rounding_steps(monkeypatch):
                  kv_steps=8)
     kv = _kv_item(check.run_check(pair, cfg))
     assert kv.status == "pass", kv.message
-    assert kv.details["accepted_draft_tokens"] > 0   # accepted paths were committed (greedy: every run alike)
+    assert kv.details["steps_with_a_telling_path"] > 0   # paths a wrong commit would show (greedy: every run alike)
     assert kv.details["rounding_dtype"] == {"draft": "bfloat16"} and kv.details["tolerance_tv"] == 1e-3
     assert "bfloat16 rounding steps" in kv.message
     original = attention.commit

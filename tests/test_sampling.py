@@ -140,6 +140,20 @@ def test_a_confident_draft_that_the_target_overrules_stays_exact(size):
     assert chisquare([counts[t] for t in support], [n * float(p[t]) for t in support]).pvalue > 1e-3
 
 
+def test_a_subnormal_remainder_is_drawn_in_its_own_ratios():
+    """The draft's remaining tokens 745 * T logits behind (37 at T = 0.05) hold subnormal masses,
+    which come in steps of 5e-324: 5e-324 and 1e-323 must still be drawn 1 : 2, as the verifier's
+    renormalised D has them (u * mass rounded to those steps gave 1 : 3 for 1 : 1)."""
+    q = torch.zeros(1500, dtype=torch.float64)
+    q[0], q[700], q[701] = 1.0, 5e-324, 1e-323
+    g, second = gen(8), collections.Counter()
+    n = 3000
+    for _ in range(n):
+        second[sampling.draw_without_replacement(q, 2, g)[1]] += 1
+    assert set(second) == {700, 701}
+    assert chisquare([second[700], second[701]], [n / 3, 2 * n / 3]).pvalue > 1e-3
+
+
 def test_draws_across_blocks_are_distinct_and_use_the_support_first():
     """A vocabulary of several blocks: k draws are distinct, in range, and reach tokens of no
     mass only once q's support is used up (then uniformly over the rest)."""

@@ -112,7 +112,7 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     decoder = Decoder(pair, method, settings, generator=seeded_generator(pair, cfg.seed + 7))
     worst = {"target": 0.0, "draft": 0.0}
     logit_worst = {"target": 0.0, "draft": 0.0}
-    steps = accepted = 0
+    steps = accepted = telling = 0   # telling: steps whose accepted path is not the tree's first rows
     try:
         for event in decoder.run(ids, ctx.should_stop):
             if event.finish_reason == "stopped":
@@ -121,6 +121,7 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
                 break
             steps += 1
             accepted += len(event.accepted_ranks)
+            telling += event.accepted_path != list(range(len(event.accepted_path)))
             seq = ids + event.token_ids
             # target: the cache holds seq[:-1]; the root's logits must match a fresh forward
             cache = copy.deepcopy(decoder.target_cache)
@@ -147,7 +148,8 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     except Exception as exc:  # noqa: BLE001
         ctx.add("structure", "KV commit", "fail", f"decoding raised {error_text(exc)}", method=method.name)
         return
-    details = {"method": method.name, "steps": steps, "accepted_draft_tokens": accepted, "tolerance_tv": tol,
+    details = {"method": method.name, "steps": steps, "accepted_draft_tokens": accepted,
+               "steps_with_a_telling_path": telling, "tolerance_tv": tol,
                "max_tv": worst, "max_logit_diff": logit_worst}
     if coarse:
         details.update(rounding_dtype={r: _dtype_name(d) for r, d in coarse.items()},
@@ -180,7 +182,9 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
         ctx.add("structure", "KV commit", "skip", "generation ended before a step could be checked", **details)
     else:
         ctx.add("structure", "KV commit", "pass", f"after {steps} greedy {method.name} steps ({accepted} draft "
-                f"tokens accepted) the cached logits equal a fresh forward: {said('target')}"
+                f"tokens accepted; {telling} of the steps accepted a path other than the tree's first rows, "
+                "which a commit of the wrong rows would show) the cached logits equal a fresh forward: "
+                f"{said('target')}"
                 + (f", {said('draft')}" if not coupled else
                    f"; draft total variation {worst['draft']:.2g}, not judged: its int8 kernels couple rows, "
                    "which changes acceptance only"), **details)
