@@ -144,6 +144,22 @@ def test_broken_cache_commit_fails(pair, monkeypatch):
     assert failed & {"greedy", "structure"}
 
 
+def test_kv_steps_that_cannot_tell_a_wrong_commit_are_a_warning(pair):
+    """Greedy steps on a tree with branches whose accepted paths are all the tree's first rows (or
+    no path at all) would pass a commit of the wrong rows too: WARN, saying so, not PASS. A chain's
+    path is always its first rows, so a chain is not warned about."""
+    sequoia = dict(sections=("structure",), methods=("sequoia",), kv_steps=2)
+    untold = check.run_check(pair, config(prompts=["abcde"], **sequoia))
+    kv = _kv_item(untold)
+    assert kv.status == "warn" and kv.details["steps_with_a_telling_path"] == 0, kv.message
+    assert "no step accepted a path that a commit of the wrong rows would show" in kv.message
+    assert untold.verdict == "WARN"
+    told = _kv_item(check.run_check(pair, config(prompts=["ddcc"], **sequoia)))
+    assert told.status == "pass" and told.details["steps_with_a_telling_path"] > 0, told.message
+    chain = _kv_item(check.run_check(pair, config(prompts=["abcde"], sections=("structure",), methods=("chain",))))
+    assert chain.status == "pass", chain.message
+
+
 def test_commit_that_crashes_is_a_failure_not_a_crash(pair, monkeypatch):
     original = attention.commit
     monkeypatch.setattr(attention, "commit", lambda cache, prefix, rows: original(cache, prefix, rows[:-1]))

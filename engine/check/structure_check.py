@@ -181,10 +181,16 @@ def _kv_commit(ctx: CheckContext, ids: list[int]) -> None:
     elif steps == 0:
         ctx.add("structure", "KV commit", "skip", "generation ended before a step could be checked", **details)
     else:
-        ctx.add("structure", "KV commit", "pass", f"after {steps} greedy {method.name} steps ({accepted} draft "
-                f"tokens accepted; {telling} of the steps accepted a path other than the tree's first rows, "
-                "which a commit of the wrong rows would show) the cached logits equal a fresh forward: "
-                f"{said('target')}"
+        # in a tree with branches, a step whose accepted path is the tree's first rows cannot tell a
+        # right commit from one of the wrong rows (in a chain the path is always its first rows)
+        branched = any(len(kids) > 1 for kids in method.tree.children)
+        untold = branched and not telling
+        ctx.add("structure", "KV commit", "warn" if untold else "pass",
+                ("no step accepted a path that a commit of the wrong rows would show (use more KV steps, or "
+                 "a draft closer to the target); " if untold else "")
+                + f"after {steps} greedy {method.name} steps ({accepted} draft tokens accepted"
+                + (f"; {telling} of the steps on a path other than the tree's first rows" if branched else "")
+                + f") the cached logits equal a fresh forward: {said('target')}"
                 + (f", {said('draft')}" if not coupled else
                    f"; draft total variation {worst['draft']:.2g}, not judged: its int8 kernels couple rows, "
                    "which changes acceptance only"), **details)
