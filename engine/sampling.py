@@ -80,7 +80,7 @@ def _uniform(generator: torch.Generator, device) -> float:
 
 
 BLOCK = 512   # tokens per block of draw_without_replacement's two-level draw
-TINY = 2.0 ** -500   # a mass left below this is scaled up by 2^1000 before it is drawn from
+TINY, SCALE_UP = 2.0 ** -500, 2.0 ** 1000   # a mass left below TINY is multiplied by SCALE_UP first
 
 
 def draw_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
@@ -110,8 +110,8 @@ def draw_without_replacement(q: torch.Tensor, k: int, generator: torch.Generator
         if left <= 0:
             return drawn + _uniform_rest(size, drawn, k - i, generator, q.device)
         if left < TINY:   # subnormal masses come in steps of 5e-324: scale by a power of two (exact)
-            blocks.mul_(1.0 / TINY ** 2)
-            mass.mul_(1.0 / TINY ** 2)
+            blocks.mul_(SCALE_UP)
+            mass.mul_(SCALE_UP)
             block_cdf = torch.cumsum(mass, 0)
         u = torch.rand((2,), generator=generator, device=q.device, dtype=PROB_DTYPE)
         b = _draw_index(block_cdf, u[0])
@@ -127,7 +127,7 @@ def _draw_index(cdf: torch.Tensor, u: torch.Tensor) -> int:
     """The entry of positive mass that u (uniform on [0, 1)) picks by inverting cdf."""
     total = cdf[-1]
     x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))  # u * total may round up to it
-    return int(torch.searchsorted(cdf, x.reshape(1), right=True))
+    return int(_inverse_cdf(cdf, x.reshape(1)))
 
 
 def _uniform_rest(size: int, drawn: list[int], k: int, generator: torch.Generator, device) -> list[int]:
