@@ -402,14 +402,6 @@ def build(ctx: AppContext, header: dict) -> dict:
         if job.state == "stopped" and not run.events:
             yield {status: sess.run_ended("live", "Stopped before the first step.")}
 
-    def stop_run(request: gr.Request):
-        return stop_reply(ctx.sessions.get(request).stop_tab("live"), "live")
-
-    def line_after_stop(request: gr.Request):
-        """Stop's reply is shown: if the run it stopped has ended meanwhile, its last line again."""
-        line = ctx.sessions.get(request).line_after_stop("live")
-        return gr.skip() if line is None else line
-
     def show_step(step_v, request: gr.Request):
         sess = ctx.sessions.get(request)
         run = sess.run_info.get("run")
@@ -454,8 +446,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                          show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
-    stop.click(stop_run, None, status, api_name="stop", show_progress="hidden", **LIGHT).then(
-        line_after_stop, None, status, api_name="line_after_stop", show_progress="hidden", **LIGHT, **PAGE_WIRING)
+    wire_stop(ctx, stop, "live", status, api_name="stop")
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)
@@ -487,6 +478,22 @@ def build(ctx: AppContext, header: dict) -> dict:
 
 STOPPING = {"race": "■ stopping the race (Race tab)…", "planner": "■ stopping the measurement (Planner tab)…",
             "live": "■ stopping the Live run (Live tab)…"}
+
+
+def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
+    """A tab's Stop button: stops the page's jobs and says so in the tab's status `line`
+    (Session.stop_tab, stop_reply); then, once that reply is shown, puts back the line the stopped
+    run ended with if it has ended meanwhile (Session.line_after_stop: the reply can land last)."""
+    def stop(request: gr.Request):
+        return stop_reply(ctx.sessions.get(request).stop_tab(tab), tab)
+
+    def line_after_stop(request: gr.Request):
+        ended = ctx.sessions.get(request).line_after_stop(tab)
+        return gr.skip() if ended is None else ended
+
+    button.click(stop, None, line, api_name=api_name, show_progress="hidden", **LIGHT).then(
+        line_after_stop, None, line, api_name=f"line_after_{api_name}", show_progress="hidden", **PAGE_WIRING,
+        **LIGHT)
 
 
 def stop_reply(stopped: str | None, tab: str) -> str:

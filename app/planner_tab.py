@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text, stop_reply
+from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text, wire_stop
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -279,17 +279,7 @@ def build(ctx: AppContext, live: dict) -> dict:
     export_format.change(choose_export_format, export_format, export, api_name="export_format",
                          show_progress="hidden", **LIGHT)
 
-    def stop_measuring(request: gr.Request):
-        return stop_reply(ctx.sessions.get(request).stop_tab("planner"), "planner")
-
-    def line_after_stop(request: gr.Request):
-        """Stop's reply is shown: if the measurement it stopped has ended meanwhile, its caption again."""
-        line = ctx.sessions.get(request).line_after_stop("planner")
-        return gr.skip() if line is None else line
-
-    stop.click(stop_measuring, None, acc_caption, api_name="stop_measuring", show_progress="hidden", **LIGHT).then(
-        line_after_stop, None, acc_caption, api_name="line_after_stop_measuring", show_progress="hidden",
-        **PAGE_WIRING, **LIGHT)
+    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring")
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans

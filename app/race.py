@@ -6,7 +6,7 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text, stop_reply
+from app.live import MODEL, failure_message, progress_text, wire_stop
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.settings import MAX_NEW_TOKENS
@@ -188,20 +188,10 @@ def build(ctx: AppContext) -> dict:
                lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
-    def stop_race(request: gr.Request):
-        return stop_reply(ctx.sessions.get(request).stop_tab("race"), "race")
-
-    def line_after_stop(request: gr.Request):
-        """Stop's reply is shown: if the race it stopped has ended meanwhile, its last line again."""
-        line = ctx.sessions.get(request).line_after_stop("race")
-        return gr.skip() if line is None else line
-
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
                             show_progress="minimal", show_progress_on=[status], **MODEL)
-    stop.click(stop_race, None, status, api_name="stop_race", show_progress="hidden", **LIGHT).then(
-        line_after_stop, None, status, api_name="line_after_stop_race", show_progress="hidden", **LIGHT,
-        **PAGE_WIRING)
+    wire_stop(ctx, stop, "race", status, api_name="stop_race")
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 
 
