@@ -201,25 +201,31 @@ def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatc
     assert not page_errors(page), page_errors(page)
 
 
-def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served, page, monkeypatch):
-    """A pick while a run goes leaves the run's plan alone; once the run ends (here: stopped), the
-    shown plan follows the example, and the run's summary and last tree stay on screen."""
+def start_a_slow_run(page, url, monkeypatch) -> None:
+    """Open the page and start a Live run that is still going a few seconds later: the tiny pair
+    would finish 400 tokens before a test's next click, so each step waits 0.2 s for its tree."""
     from app.state import Session
-    url, ctx = served
-    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: kwargs.get("prompt"))
     source = Session.tree_source
 
-    def slow_steps(self, kind):   # the tiny pair would finish before the pick: each step asks for its tree
+    def slow_steps(self, kind):
         newest = source(self, kind)
         return lambda: time.sleep(0.2) or newest()
 
     monkeypatch.setattr(Session, "tree_source", slow_steps)
-    other = ctx.prompts[-1]
     open_page(page, url)
     page.locator("#sq-hw input").click()   # a DP tree, not the device's choice (autoregressive for this pair)
     page.locator("#sq-max-new input").fill("400")
     page.click("#sq-generate")
     page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('step ')")
+
+
+def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served, page, monkeypatch):
+    """A pick while a run goes leaves the run's plan alone; once the run ends (here: stopped), the
+    shown plan follows the example, and the run's summary and last tree stay on screen."""
+    url, ctx = served
+    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: kwargs.get("prompt"))
+    other = ctx.prompts[-1]
+    start_a_slow_run(page, url, monkeypatch)
     page.locator("#sq-example input").click()
     page.get_by_role("option", name=other["title"]).click()
     page.wait_for_function(f"document.querySelector('#sq-prompt textarea').value === {other['prompt']!r}")
@@ -243,24 +249,15 @@ def test_a_stop_reply_landing_after_the_run_ended_leaves_the_runs_summary(served
     follow-up now puts the run's summary back."""
     from app.state import Session
     url, ctx = served
-    source, stop_tab = Session.tree_source, Session.stop_tab
-
-    def slow_steps(self, kind):   # the tiny pair would finish before Stop: each step asks for its tree
-        newest = source(self, kind)
-        return lambda: time.sleep(0.2) or newest()
+    stop_tab = Session.stop_tab
 
     def late_reply(self, tab):
         stopped = stop_tab(self, tab)
         time.sleep(1.5)   # the run ends at its next step meanwhile, and its last line is shown first
         return stopped
 
-    monkeypatch.setattr(Session, "tree_source", slow_steps)
     monkeypatch.setattr(Session, "stop_tab", late_reply)
-    open_page(page, url)
-    page.locator("#sq-hw input").click()
-    page.locator("#sq-max-new input").fill("400")
-    page.click("#sq-generate")
-    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('step ')")
+    start_a_slow_run(page, url, monkeypatch)
     page.click("#sq-stop")
     page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Done (stopped)')",
                            timeout=20_000)   # the run's own last line

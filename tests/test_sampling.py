@@ -101,12 +101,16 @@ def confident_draft(size: int, lead: float, tail: dict[int, float]) -> tuple[int
     return top, sampling.draft_distribution(logits, 1.0)
 
 
-@pytest.mark.parametrize("size", [4, 1500])   # one block, and several (sampling.BLOCK)
+# the draft's remainder after its confident token, in ratios 1 : 2 : 3: in one block of q, and in several
+TAILS = {4: {1: 1.0, 2: 2.0, 3: 3.0}, 1500: {200: 1.0, 900: 2.0, 1400: 3.0}}
+
+
+@pytest.mark.parametrize("size", list(TAILS))   # one block, and several (sampling.BLOCK)
 def test_after_a_confident_first_child_the_next_follows_the_tiny_remainder(size):
     """The draft holds all but ~1e-17 of its mass on one token, below what one CDF over q resolves
     next to 1: the second child must still follow the remainder (ratios 1 : 2 : 3), the D the
     verifier renormalises to. Drawn from one CDF it came out uniform over the vocabulary."""
-    tail = {1: 1.0, 2: 2.0, 3: 3.0} if size == 4 else {200: 1.0, 900: 2.0, 1400: 3.0}
+    tail = TAILS[size]
     top, q = confident_draft(size, 40.0, tail)
     assert float(q[top]) == 1.0 and 0 < float(q[list(tail)].sum()) < 1e-16
     g, second = gen(5), collections.Counter()
@@ -119,11 +123,11 @@ def test_after_a_confident_first_child_the_next_follows_the_tiny_remainder(size)
     assert chisquare([second[t] for t in tail], [n * w / 6 for w in tail.values()]).pvalue > 1e-3
 
 
-@pytest.mark.parametrize("size", [4, 1500])
+@pytest.mark.parametrize("size", list(TAILS))
 def test_a_confident_draft_that_the_target_overrules_stays_exact(size):
     """The case above end to end: the target disagrees with the confident draft, so the emitted
     token comes from later children or the residual, and must follow p."""
-    tail = {1: 1.0, 2: 2.0, 3: 3.0} if size == 4 else {200: 1.0, 900: 2.0, 1400: 3.0}
+    tail = TAILS[size]
     top, q = confident_draft(size, 40.0, tail)
     p = torch.zeros(size, dtype=torch.float64)
     for token, mass in zip([top, *tail], (0.1, 0.5, 0.3, 0.1)):
