@@ -18,8 +18,8 @@ assumed no easier than positions 64..319). A ratio is applied (engine/learning.p
 only where its interval excludes 1, only for the pair it was measured on, and only with a known
 prompt domain; elsewhere the rest is predicted as the opening (None). At T > 0 the ratio measured
 at T = 0 is used. Measured on answers sampled at T = 0.7 and T = 1 (bench/answer_drift_sampled.py,
-bench/predictions-and-learning.md, "The drift at T = 0.7 and T = 1"), the ratios cannot be told from T = 0's with twelve
-answers, except prose at T = 1 (rests harder than openings). A drift measured at each temperature,
+bench/predictions-and-learning.md, "The drift at T = 0.7 and T = 1"), the ratios cannot be told
+from T = 0's with twelve answers, except prose at T = 1 (rests harder than openings). A drift measured at each temperature,
 applied by the same rule, predicted no better on both kinds: better for code at T = 1 and short
 horizons, worse for prose at T = 1, the same at T = 0.7.
 The answers were continued past their own EOS (as the learning check runs); cut at their first

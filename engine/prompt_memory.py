@@ -5,9 +5,9 @@ the 12 learning-check prompts the rests' tokens/step at T = 0 and at T = 0.7 (di
 correlate 0.96 (bench/predictions-and-learning.md, "The rest's rate belongs to the prompt").
 So a run keeps, per prompt, the censored evidence of its opening and of its rest apart, and a
 later run of the same prompt at the same settings (the learning key: pair, draft kernels'
-acceptance, T, top-p, top-k, sampler, domain) counts them as evidence of its own opening and rest (learning.Learner). A code prompt never run
-at these settings carries its runs at the nearest others, rescaled (carried, below). A first run
-has none.
+acceptance, T, top-p, top-k, sampler, domain) counts them as evidence of its own opening and rest
+(learning.Learner). A code prompt never run at these settings carries its runs at the nearest
+others, rescaled (carried, below). A first run has none.
 
 Stored in cache_dir()/learned/prompts/<learning key>.json, one entry per prompt (the SHA-256 of
 its token ids, chat template included): the opening's and the rest's Evidence, each capped at
