@@ -334,8 +334,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 raise UserError("the prompt is empty: type something or pick an example")
             settings = settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
-            if sess.running:
-                raise UserError("a run is already going in this tab: press Stop first")
+            sess.refuse_if_running()
             sess.learn = learn_v is not False
             sess.ask_plan()   # before the job exists: a re-plan asked for before now must not reach it
             sess.plan_after_run = False   # the run reads every control as it is now
@@ -476,12 +475,15 @@ def build(ctx: AppContext, header: dict) -> dict:
             "plan_after_run": (plan_after_run, plan_inputs, plan_outputs)}
 
 
-STOPPING = {"race": "■ stopping the race (Race tab)…", "planner": "■ stopping the measurement (Planner tab)…",
-            "live": "■ stopping the Live run (Live tab)…"}
+# what a tab's Stop says when the job going belongs to another tab (Session.stop_tab)
+GOES_ON = {"live": "the Live run goes on (its Stop is in the Live tab)",
+           "race": "the race goes on (its Stop is in the Race tab)",
+           "planner": "the measurement goes on (its Stop is in the Planner tab)",
+           "models": "the pair check goes on (its Stop is in the Models tab)"}
 
 
 def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
-    """A tab's Stop button: stops the page's jobs and says so in the tab's status `line`
+    """A tab's Stop button: stops this tab's own jobs and says so in the tab's status `line`
     (Session.stop_tab, stop_reply); then, once that reply is shown, puts back the line the stopped
     run ended with if it has ended meanwhile (Session.line_after_stop: the reply can land last)."""
     def stop(request: gr.Request):
@@ -498,12 +500,12 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
 
 def stop_reply(stopped: str | None, tab: str) -> str:
     """What a tab's Stop says (Session.stop_tab): its own run ends after the current step (its last
-    line follows); another tab's run is named, since this tab shows nothing of it ending."""
+    line follows); another tab's job is left going, and the reply says where its Stop is."""
+    if stopped == tab:
+        return "■ stopping after the current step…"
     if stopped is None:
         return "Nothing is running in this tab."
-    if stopped == tab or stopped not in STOPPING:
-        return "■ stopping after the current step…"
-    return STOPPING[stopped]
+    return f"Nothing is running in this tab; {GOES_ON.get(stopped, 'another job goes on')}."
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

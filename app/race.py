@@ -131,8 +131,7 @@ def build(ctx: AppContext) -> dict:
                     specs.append((RACE_LABELS[m], spec_from("sequoia", budget_v, depth_v, True)))
                 else:
                     specs.append((RACE_LABELS[m], spec_from(m, budget_v, depth_v)))
-            if sess.running:
-                raise UserError("a run is already going in this tab: press Stop first")
+            sess.refuse_if_running()
             job = ctx.worker.race(prompt_v, specs, settings)
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None

@@ -30,6 +30,10 @@ RACE_CHOICES = [("Autoregressive", "ar"), ("Chain", "chain"), ("SpecInfer k×d",
                 ("Sequoia DP", "sequoia"), ("Sequoia hardware-aware", "sequoia-auto")]
 RACE_LABELS = {v: k for k, v in RACE_CHOICES}
 MAX_SESSIONS = 256
+# the tab whose Stop stops each worker job (engine/worker.py's job names): the Live tab's runs and
+# the measurement its plan may need, the Race tab's races, the Planner's measurements, the Models check
+TAB_OF_JOB = {"generate": "live", "plan": "live", "race": "race", "measure acceptance": "planner",
+              "profile device": "planner", "check pair": "models"}
 
 
 @dataclass
@@ -59,6 +63,14 @@ class Session:
     @property
     def running(self) -> bool:
         return self.submitting or (self.job is not None and not self.job.done)
+
+    def refuse_if_running(self) -> None:
+        """Generate and Start race refuse while this page's run or race goes (the worker runs one
+        at a time, and a page keeps one run), naming the tab whose Stop ends it."""
+        if self.running:
+            tab = TAB_OF_JOB.get(getattr(self.job, "name", None), "live") if not self.submitting else "live"
+            what = "a race" if tab == "race" else "a Live run"
+            raise UserError(f"{what} is already going: press Stop in the {tab.title()} tab first")
 
     def ask_plan(self) -> int:
         """A ticket for one plan asked for by the page; see newer_plan_asked. Generate takes one
@@ -106,16 +118,21 @@ class Session:
         return line
 
     def stop_tab(self, tab: str) -> str | None:
-        """stop_all for `tab`'s Stop button. Returns whose run it stopped: `tab` when its own run
-        goes (or has ended and its handler has not shown its last line yet), else another tab's
-        going run, "job" for any other job (a plan's measurement), None when nothing went."""
+        """`tab`'s Stop button: stops that tab's own jobs (TAB_OF_JOB), never another tab's. Returns
+        `tab` when it stopped one (or the tab's run has ended and its handler has not shown its last
+        line yet), else the tab whose job goes on (the reply says where its Stop is), else None."""
         going = [t for t, line in self.ended_with.items() if line is None]
         self.stopped_going.discard(tab)
-        stopped = self.stop_all()
+        jobs = [job for job in (self.job, self.aux) if job is not None and not job.done]
+        own = [job for job in jobs if TAB_OF_JOB.get(job.name) == tab]
+        for job in own:
+            job.stop()
         if tab in going:
             self.stopped_going.add(tab)
             return tab
-        return (going[0] if going else "job") if stopped else None
+        if own:
+            return tab
+        return next((TAB_OF_JOB.get(job.name, "job") for job in jobs), None)
 
     def line_after_stop(self, tab: str) -> str | None:
         """After Stop's reply is shown: the line `tab`'s run ended with, if that Stop stopped it and

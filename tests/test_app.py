@@ -6,6 +6,7 @@ import httpx
 import pytest
 import torch
 
+from engine.errors import UserError
 from tests.app_server import served_tiny_pair
 
 pytest.importorskip("gradio")
@@ -264,8 +265,8 @@ def test_the_last_step_data_holds_the_answer_without_its_eos():
 
 
 class _Job:
-    def __init__(self):
-        self.done = False
+    def __init__(self, name="generate"):
+        self.name, self.done = name, False
 
     def stop(self):
         self.done = True
@@ -274,13 +275,13 @@ class _Job:
 def test_stops_follow_up_puts_back_only_the_last_line_of_the_run_it_stopped():
     """Session.line_after_stop, which each tab's Stop is followed by (the reply can reach the page
     after the run's last line): the line comes back only for the tab whose run that Stop stopped,
-    once it has ended, and once; a Stop of another tab's run says whose it is."""
+    once it has ended, and once."""
     from app.live import stop_reply
     from app.state import Session
     sess = Session()
     sess.job = _Job()
     sess.run_going("live")
-    assert sess.stop_tab("live") == "live"
+    assert sess.stop_tab("live") == "live" and sess.job.done
     assert sess.line_after_stop("live") is None   # not ended yet: its last line is still to come
     sess.run_ended("live", "✓ Done (stopped)")
     assert sess.line_after_stop("live") == "✓ Done (stopped)"
@@ -293,18 +294,56 @@ def test_stops_follow_up_puts_back_only_the_last_line_of_the_run_it_stopped():
     assert sess.stop_tab("live") == "live" and stop_reply("live", "live").startswith("■ stopping after")
     sess.run_ended("live", "✓ Done (max new tokens reached)")
     assert sess.line_after_stop("live") == "✓ Done (max new tokens reached)"
-    # the Live Stop stopping a race names it, and brings no line back to the Live tab
-    sess.job = _Job()
-    sess.run_going("race")
-    assert sess.stop_tab("live") == "race" and "race" in stop_reply("race", "live")
-    sess.run_ended("race", "■ Race stopped.")
-    assert sess.line_after_stop("live") is None
     # the planner's measurement, stopped from its own Stop
-    sess.aux = _Job()
+    sess.aux = _Job("measure acceptance")
     sess.run_going("planner")
-    assert sess.stop_tab("planner") == "planner"
+    assert sess.stop_tab("planner") == "planner" and sess.aux.done
     sess.run_ended("planner", "measured over 96 positions")
     assert sess.line_after_stop("planner") == "measured over 96 positions"
-    # a plan's own measurement (no tab's run) is stopped with the plain reply
-    sess.aux = _Job()
-    assert sess.stop_tab("live") == "job" and stop_reply("job", "live").startswith("■ stopping after")
+    # a Live plan's own measurement (no tab's run) is the Live tab's
+    sess.aux = _Job("plan")
+    assert sess.stop_tab("live") == "live" and sess.aux.done
+
+
+def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_it_in():
+    """A page runs one run or race at a time; the refusal named "this tab" even when the run going
+    was the other tab's, whose Stop (now per tab) is the one that ends it."""
+    from app.state import Session
+    sess = Session()
+    sess.refuse_if_running()   # nothing going: no refusal
+    for name, tab, what in (("race", "Race", "a race"), ("generate", "Live", "a Live run")):
+        sess.job = _Job(name)
+        with pytest.raises(UserError, match=f"^{what} is already going: press Stop in the {tab} tab first$"):
+            sess.refuse_if_running()
+        sess.job.stop()
+        sess.refuse_if_running()
+
+
+@pytest.mark.parametrize("job_name,tab,other", [("race", "live", "planner"), ("generate", "race", "planner"),
+                                                ("measure acceptance", "live", "race"),
+                                                ("profile device", "race", "live"),
+                                                ("check pair", "planner", "live")])
+def test_a_tabs_stop_leaves_another_tabs_job_going_and_says_where_its_stop_is(job_name, tab, other):
+    """Each tab's Stop stops only its own tab's jobs: the Live Stop pressed while a race goes
+    leaves the race running (it stopped it before) and says the race's Stop is in the Race tab."""
+    from app.live import stop_reply
+    from app.state import TAB_OF_JOB, Session
+    sess = Session()
+    job = _Job(job_name)
+    if job_name in ("generate", "race"):
+        sess.job = job
+    else:
+        sess.aux = job
+    owner = TAB_OF_JOB[job_name]
+    if owner != "models":   # the check's handler records no status line (its Stop is its own, stop_check)
+        sess.run_going(owner)
+    for pressed in (tab, other):
+        stopped = sess.stop_tab(pressed)
+        assert not job.done and stopped == owner, (pressed, stopped)
+        reply = stop_reply(stopped, pressed)
+        assert reply.startswith("Nothing is running in this tab;") and f"{owner.title()} tab" in reply, reply
+        assert sess.line_after_stop(pressed) is None
+    assert sess.stop_tab(owner) == owner and job.done
+    assert stop_reply(owner, owner).startswith("■ stopping after")
+
+

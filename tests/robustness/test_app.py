@@ -786,6 +786,25 @@ def test_a_live_control_changed_during_a_race_re_plans_the_live_plan_once_it_end
 
 
 @pytest.mark.timeout(120)
+def test_a_tabs_stop_leaves_another_tabs_run_going(served, client, jobs):
+    """Each tab's Stop stops only its own tab's jobs: the Live and Planner Stops pressed during a
+    race leave it running (the Live Stop stopped it before) and say where the race's Stop is; the
+    Race tab's Stop then stops it."""
+    race = client.submit("def g(y):", ["ar"], 8, 4, 0, 1, 8000, 0, 0, api_name="/race")   # stopped below
+    try:
+        assert wait_for(lambda: any(j.state == "running" for j in jobs), 30)
+        running = next(j for j in jobs if j.name == "race")
+        for other_stop in ("/stop", "/stop_measuring"):
+            reply = client.predict(api_name=other_stop)
+            assert "Race tab" in reply and not running.stop_requested, (other_stop, reply)
+        assert running.state == "running"
+        assert "stopping" in client.predict(api_name="/stop_race")
+        assert running.stop_requested and wait_for(lambda: running.done, 30)
+    finally:
+        race.cancel()
+
+
+@pytest.mark.timeout(120)
 def test_a_page_opened_during_a_race_gets_its_plan_once_the_race_ends(served, client, jobs):
     """The page's first plan says nothing while a race runs (Start race pressed as the page
     loaded); the race shows no plan of its own, so the plan line said "No plan yet." until a
