@@ -441,8 +441,9 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
-    run_event = go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
-                         show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
+    run_event = refuse_while_running(ctx, go, "can_generate").success(
+        generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
+        show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
     wire_stop(ctx, stop, "live", status, api_name="stop")
@@ -496,6 +497,20 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
     button.click(stop, None, line, api_name=api_name, show_progress="hidden", **LIGHT).then(
         line_after_stop, None, line, api_name=f"line_after_{api_name}", show_progress="hidden", **PAGE_WIRING,
         **LIGHT)
+
+
+def refuse_while_running(ctx: AppContext, button, api_name: str):
+    """The page's check before Generate or Start race enters the model queue: with this page's
+    own run going, the click would wait there behind it, and no Stop could take it back (each
+    tab's Stop stops its own running jobs), so it is refused at once, naming the tab whose Stop
+    ends that run. A run already stopping lets it through. Returns the event to chain the run on."""
+    def can_start(request: gr.Request):
+        try:
+            ctx.sessions.get(request).refuse_if_running(stopping_waits=True)
+        except UserError as exc:
+            raise gr.Error(str(exc)) from None
+
+    return button.click(can_start, None, None, api_name=api_name, show_progress="hidden", **PAGE_WIRING, **LIGHT)
 
 
 def stop_reply(stopped: str | None, tab: str) -> str:

@@ -64,13 +64,18 @@ class Session:
     def running(self) -> bool:
         return self.submitting or (self.job is not None and not self.job.done)
 
-    def refuse_if_running(self) -> None:
+    def refuse_if_running(self, stopping_waits: bool = False) -> None:
         """Generate and Start race refuse while this page's run or race goes (the worker runs one
-        at a time, and a page keeps one run), naming the tab whose Stop ends it."""
-        if self.running:
-            tab = TAB_OF_JOB.get(getattr(self.job, "name", None), "live") if not self.submitting else "live"
-            what = "a race" if tab == "race" else "a Live run"
-            raise UserError(f"{what} is already going: press Stop in the {tab.title()} tab first")
+        at a time, and a page keeps one run), naming the tab whose Stop ends it. With
+        `stopping_waits` a run already told to stop lets the click through: it waits in the model
+        queue for that run's last step, as a Generate pressed right after Stop should."""
+        if not self.running:
+            return
+        if stopping_waits and self.job is not None and getattr(self.job, "stop_requested", False):
+            return
+        tab = TAB_OF_JOB.get(getattr(self.job, "name", None), "live") if not self.submitting else "live"
+        what = "a race" if tab == "race" else "a Live run"
+        raise UserError(f"{what} is already going: press Stop in the {tab.title()} tab first")
 
     def ask_plan(self) -> int:
         """A ticket for one plan asked for by the page; see newer_plan_asked. Generate takes one

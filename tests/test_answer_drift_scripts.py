@@ -307,6 +307,6 @@ def test_the_learning_checks_bias_reading_matches_the_committed_output(capsys):
         {"temperature": 0.7, "kind": "prose", "error": None}]}}
     assert [r["error"] for r in bias.first_runs(check)] == [0.1, -0.3]
     checks = sorted(str(p) for p in (ROOT / "bench").glob("learning-check-*.json"))
-    assert len(checks) == 10   # the committed checks, the Xeon's of 2026-12-05 the tenth
+    assert len(checks) == 11   # the committed checks, the Xeon's with the fixed sampler (2026-12-05) the eleventh
     assert bias.main(*checks) == 0
     assert capsys.readouterr().out == (ROOT / "bench" / "learning-check-bias.txt").read_text()

@@ -266,7 +266,7 @@ def test_the_last_step_data_holds_the_answer_without_its_eos():
 
 class _Job:
     def __init__(self, name="generate"):
-        self.name, self.done = name, False
+        self.name, self.done, self.stop_requested = name, False, False
 
     def stop(self):
         self.done = True
@@ -315,6 +315,10 @@ def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_i
         sess.job = _Job(name)
         with pytest.raises(UserError, match=f"^{what} is already going: press Stop in the {tab} tab first$"):
             sess.refuse_if_running()
+        sess.job.stop_requested = True   # a run told to stop: the page's check lets a click wait for it
+        sess.refuse_if_running(stopping_waits=True)
+        with pytest.raises(UserError):
+            sess.refuse_if_running()   # the run's own handler, once dequeued, still refuses while it goes
         sess.job.stop()
         sess.refuse_if_running()
 
