@@ -221,7 +221,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                                            prompt=prompt_v)
         except NeedsMeasurement as need:
             yield {status: f"… {need} — measuring now (the plan follows)…"}
-            job = sess.aux = ctx.worker.plan(spec, settings)
+            job = sess.plan_job = ctx.worker.plan(spec, settings)
             try:
                 for item in job.stream():
                     if isinstance(item, Progress):
@@ -441,9 +441,8 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
-    run_event = refuse_while_running(ctx, go, "can_generate").success(
-        generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
-        show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
+    run_event = go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
+                         show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
     wire_stop(ctx, stop, "live", status, api_name="stop")
@@ -476,11 +475,13 @@ def build(ctx: AppContext, header: dict) -> dict:
             "plan_after_run": (plan_after_run, plan_inputs, plan_outputs)}
 
 
-# what a tab's Stop says when the job going belongs to another tab (Session.stop_tab)
-GOES_ON = {"live": "the Live run goes on (its Stop is in the Live tab)",
+# what a tab's Stop says when the job going belongs to another tab (Session.stop_tab), by job name
+GOES_ON = {"generate": "the Live run goes on (its Stop is in the Live tab)",
+           "plan": "the Live tab's plan is measuring acceptance (its Stop is in the Live tab)",
            "race": "the race goes on (its Stop is in the Race tab)",
-           "planner": "the measurement goes on (its Stop is in the Planner tab)",
-           "models": "the pair check goes on (its Stop is in the Models tab)"}
+           "measure acceptance": "the acceptance measurement goes on (its Stop is in the Planner tab)",
+           "profile device": "the device profile goes on (its Stop is in the Planner tab)",
+           "check pair": "the pair check goes on (its Stop is in the Models tab)"}
 
 
 def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
@@ -497,20 +498,6 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
     button.click(stop, None, line, api_name=api_name, show_progress="hidden", **LIGHT).then(
         line_after_stop, None, line, api_name=f"line_after_{api_name}", show_progress="hidden", **PAGE_WIRING,
         **LIGHT)
-
-
-def refuse_while_running(ctx: AppContext, button, api_name: str):
-    """The page's check before Generate or Start race enters the model queue: with this page's
-    own run going, the click would wait there behind it, and no Stop could take it back (each
-    tab's Stop stops its own running jobs), so it is refused at once, naming the tab whose Stop
-    ends that run. A run already stopping lets it through. Returns the event to chain the run on."""
-    def can_start(request: gr.Request):
-        try:
-            ctx.sessions.get(request).refuse_if_running(stopping_waits=True)
-        except UserError as exc:
-            raise gr.Error(str(exc)) from None
-
-    return button.click(can_start, None, None, api_name=api_name, show_progress="hidden", **PAGE_WIRING, **LIGHT)
 
 
 def stop_reply(stopped: str | None, tab: str) -> str:

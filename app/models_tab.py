@@ -295,7 +295,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             config = check_config(mode_v)
             if ctx.worker.pair is None and not ctx.worker.loading:
                 raise UserError("no model pair is loaded: load one above first")
-            job = sess.aux = ctx.worker.check(config)
+            job = sess.check_job = ctx.worker.check(config)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         ahead = job.position
@@ -332,7 +332,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                check_status: f"{took} ({CHECK_MODE_NAMES.get(mode_v, mode_v)})."}
 
     def stop_check(request: gr.Request):
-        job = ctx.sessions.get(request).aux
+        job = ctx.sessions.get(request).check_job
         if job is not None and not job.done and job.name == "check pair":
             job.stop()
             return "■ stopping the check after the current step…"

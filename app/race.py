@@ -6,7 +6,7 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.live import MODEL, failure_message, progress_text, refuse_while_running, wire_stop
+from app.live import MODEL, failure_message, progress_text, wire_stop
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.settings import MAX_NEW_TOKENS
@@ -188,9 +188,8 @@ def build(ctx: AppContext) -> dict:
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
-    run_event = refuse_while_running(ctx, start, "can_race").success(
-        race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
-        show_progress="minimal", show_progress_on=[status], **MODEL)
+    run_event = start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
+                            show_progress="minimal", show_progress_on=[status], **MODEL)
     wire_stop(ctx, stop, "race", status, api_name="stop_race")
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 

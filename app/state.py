@@ -42,7 +42,10 @@ class Session:
     should use from its next step on: (version, spec kind, tree); a job only takes trees newer
     than the version it started with, so an old re-plan never leaks into a new run."""
     job: Any = None                       # the running/last generate or race Job
-    aux: Any = None                       # a measuring/profiling job started from this session
+    # one slot per kind of side job, so that one never hides another from its tab's Stop
+    aux: Any = None                       # the Planner's measurement or profile
+    plan_job: Any = None                  # the measurement a Live re-plan needed
+    check_job: Any = None                 # the Models tab's pair check
     events: list = field(default_factory=list)   # StepEvents of the last Live run (for replay)
     run_info: dict = field(default_factory=dict)  # greedy, sampler, planned vector, label, ...
     live: tuple = (0, None, None)
@@ -64,18 +67,13 @@ class Session:
     def running(self) -> bool:
         return self.submitting or (self.job is not None and not self.job.done)
 
-    def refuse_if_running(self, stopping_waits: bool = False) -> None:
+    def refuse_if_running(self) -> None:
         """Generate and Start race refuse while this page's run or race goes (the worker runs one
-        at a time, and a page keeps one run), naming the tab whose Stop ends it. With
-        `stopping_waits` a run already told to stop lets the click through: it waits in the model
-        queue for that run's last step, as a Generate pressed right after Stop should."""
-        if not self.running:
-            return
-        if stopping_waits and self.job is not None and getattr(self.job, "stop_requested", False):
-            return
-        tab = TAB_OF_JOB.get(getattr(self.job, "name", None), "live") if not self.submitting else "live"
-        what = "a race" if tab == "race" else "a Live run"
-        raise UserError(f"{what} is already going: press Stop in the {tab.title()} tab first")
+        at a time, and a page keeps one run), naming the tab whose Stop ends it."""
+        if self.running:
+            tab = TAB_OF_JOB.get(getattr(self.job, "name", None), "live") if not self.submitting else "live"
+            what = "a race" if tab == "race" else "a Live run"
+            raise UserError(f"{what} is already going: press Stop in the {tab.title()} tab first")
 
     def ask_plan(self) -> int:
         """A ticket for one plan asked for by the page; see newer_plan_asked. Generate takes one
@@ -102,14 +100,16 @@ class Session:
         page run side by side, and the one shown must be the newest asked for, not the last to finish."""
         return self.plan_asks != ticket
 
+    def jobs_going(self) -> list:
+        """This session's jobs that have not finished (queued or running)."""
+        return [job for job in (self.job, self.aux, self.plan_job, self.check_job) if job is not None and not job.done]
+
     def stop_all(self) -> bool:
-        """Stop this session's run and measurement; True if something was running or queued."""
-        found = False
-        for job in (self.job, self.aux):
-            if job is not None and not job.done:
-                job.stop()
-                found = True
-        return found
+        """Stop every job of this session (the page went away); True if something was running or queued."""
+        going = self.jobs_going()
+        for job in going:
+            job.stop()
+        return bool(going)
 
     # Stop's reply ("stopping after the current step") and the run's own last status line travel as
     # two events' outputs: when the run ends right after Stop, the reply can reach the page last and
@@ -125,19 +125,19 @@ class Session:
     def stop_tab(self, tab: str) -> str | None:
         """`tab`'s Stop button: stops that tab's own jobs (TAB_OF_JOB), never another tab's. Returns
         `tab` when it stopped one (or the tab's run has ended and its handler has not shown its last
-        line yet), else the tab whose job goes on (the reply says where its Stop is), else None."""
+        line yet), else the name of a job of another tab that goes on (the reply says where its
+        Stop is), else None."""
         going = [t for t, line in self.ended_with.items() if line is None]
         self.stopped_going.discard(tab)
-        jobs = [job for job in (self.job, self.aux) if job is not None and not job.done]
+        jobs = self.jobs_going()
         own = [job for job in jobs if TAB_OF_JOB.get(job.name) == tab]
         for job in own:
             job.stop()
-        if tab in going:
-            self.stopped_going.add(tab)
+        if own or (tab in going and not any(TAB_OF_JOB.get(job.name) == tab for job in jobs)):
+            if tab in going:
+                self.stopped_going.add(tab)
             return tab
-        if own:
-            return tab
-        return next((TAB_OF_JOB.get(job.name, "job") for job in jobs), None)
+        return next((job.name for job in jobs), None)
 
     def line_after_stop(self, tab: str) -> str | None:
         """After Stop's reply is shown: the line `tab`'s run ended with, if that Stop stopped it and

@@ -86,9 +86,9 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 return out
             if new_pair:
                 out.update(pair_now())
-            # plan once the run is over (the run shows its own plan meanwhile), or once this page's
-            # own measuring plan is done (its result would be dropped for this one's ticket)
-            if sess.running or (sess.aux is not None and not sess.aux.done):
+            # plan once the run is over (the run shows its own plan meanwhile), and once this page's
+            # side jobs are done (a measuring plan's result would be dropped for this one's ticket)
+            if sess.running or sess.jobs_going():
                 return out
             had_run = sess.live_run_on_screen()
             # the tick reads the fields raw (preprocess=False): their bounds are checked here, as an

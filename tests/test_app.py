@@ -266,7 +266,7 @@ def test_the_last_step_data_holds_the_answer_without_its_eos():
 
 class _Job:
     def __init__(self, name="generate"):
-        self.name, self.done, self.stop_requested = name, False, False
+        self.name, self.done = name, False
 
     def stop(self):
         self.done = True
@@ -301,8 +301,8 @@ def test_stops_follow_up_puts_back_only_the_last_line_of_the_run_it_stopped():
     sess.run_ended("planner", "measured over 96 positions")
     assert sess.line_after_stop("planner") == "measured over 96 positions"
     # a Live plan's own measurement (no tab's run) is the Live tab's
-    sess.aux = _Job("plan")
-    assert sess.stop_tab("live") == "live" and sess.aux.done
+    sess.plan_job = _Job("plan")
+    assert sess.stop_tab("live") == "live" and sess.plan_job.done
 
 
 def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_it_in():
@@ -315,15 +315,16 @@ def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_i
         sess.job = _Job(name)
         with pytest.raises(UserError, match=f"^{what} is already going: press Stop in the {tab} tab first$"):
             sess.refuse_if_running()
-        sess.job.stop_requested = True   # a run told to stop: the page's check lets a click wait for it
-        sess.refuse_if_running(stopping_waits=True)
-        with pytest.raises(UserError):
-            sess.refuse_if_running()   # the run's own handler, once dequeued, still refuses while it goes
         sess.job.stop()
         sess.refuse_if_running()
 
 
+SLOT_OF_JOB = {"generate": "job", "race": "job", "plan": "plan_job", "measure acceptance": "aux",
+               "profile device": "aux", "check pair": "check_job"}
+
+
 @pytest.mark.parametrize("job_name,tab,other", [("race", "live", "planner"), ("generate", "race", "planner"),
+                                                ("plan", "race", "planner"),
                                                 ("measure acceptance", "live", "race"),
                                                 ("profile device", "race", "live"),
                                                 ("check pair", "planner", "live")])
@@ -334,20 +335,37 @@ def test_a_tabs_stop_leaves_another_tabs_job_going_and_says_where_its_stop_is(jo
     from app.state import TAB_OF_JOB, Session
     sess = Session()
     job = _Job(job_name)
-    if job_name in ("generate", "race"):
-        sess.job = job
-    else:
-        sess.aux = job
+    setattr(sess, SLOT_OF_JOB[job_name], job)
     owner = TAB_OF_JOB[job_name]
-    if owner != "models":   # the check's handler records no status line (its Stop is its own, stop_check)
+    if owner != "models" and job_name != "plan":   # runs and Planner measurements record a status line
         sess.run_going(owner)
     for pressed in (tab, other):
         stopped = sess.stop_tab(pressed)
-        assert not job.done and stopped == owner, (pressed, stopped)
+        assert not job.done and stopped == job_name, (pressed, stopped)
         reply = stop_reply(stopped, pressed)
         assert reply.startswith("Nothing is running in this tab;") and f"{owner.title()} tab" in reply, reply
         assert sess.line_after_stop(pressed) is None
     assert sess.stop_tab(owner) == owner and job.done
     assert stop_reply(owner, owner).startswith("■ stopping after")
+
+
+def test_a_side_job_of_one_tab_never_hides_another_tabs_from_its_stop():
+    """The Planner's measurement, a Live re-plan's measurement and the Models check each keep their
+    own slot: one slot for all three let a later one replace the Planner's, whose Stop then said
+    "stopping" and stopped nothing (and a plan's measurement was called "the Live run")."""
+    from app.live import stop_reply
+    from app.state import Session
+    sess = Session()
+    measuring, planning, checking = _Job("measure acceptance"), _Job("plan"), _Job("check pair")
+    sess.aux = measuring
+    sess.run_going("planner")
+    sess.plan_job, sess.check_job = planning, checking
+    assert "measurement goes on (its Stop is in the Planner tab)" in stop_reply(sess.stop_tab("race"), "race")
+    sess.aux = None
+    assert "plan is measuring acceptance" in stop_reply(sess.stop_tab("race"), "race")
+    sess.aux = measuring
+    assert sess.stop_tab("planner") == "planner" and measuring.done and not planning.done and not checking.done
+    assert sess.stop_tab("live") == "live" and planning.done and not checking.done
+    assert sess.stop_all() and checking.done
 
 

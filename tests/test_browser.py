@@ -242,26 +242,6 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
     assert not page_errors(page), page_errors(page)
 
 
-def test_start_race_during_a_live_run_is_refused_at_once(served, page, monkeypatch):
-    """Start race pressed while this page's Live run goes waited in the model queue behind it, and
-    no Stop could take it back: it is refused at once, naming the Live tab's Stop, and no race
-    starts. (A run already stopping lets the click through: tests/test_app.py; in the browser a
-    second click of a button whose run is still pending is dropped by Gradio's trigger_mode "once".)"""
-    url, ctx = served
-    start_a_slow_run(page, url, monkeypatch)
-    page.get_by_role("tab", name="Race").click()
-    page.click("#sq-race-start")
-    page.wait_for_function("document.querySelector('[data-testid=\"toast-body\"]')")
-    assert any("a Live run is already going: press Stop in the Live tab first" in t for t in page_errors(page)), \
-        page_errors(page)
-    page.wait_for_timeout(500)
-    sess = next(s for s in list(ctx.sessions._items.values()) if s.running)
-    assert sess.job.name == "generate" and not sess.job.done   # no race took its place
-    page.get_by_role("tab", name="Live").click()
-    page.click("#sq-stop")
-    assert wait_for(lambda: not sess.running, 30)
-
-
 def test_a_stop_reply_landing_after_the_run_ended_leaves_the_runs_summary(served, page, monkeypatch):
     """Stop's reply ("stopping after the current step") and the run's last line are two events'
     outputs. When the run ends before the reply reaches the page (here the reply is held back), the
