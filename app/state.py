@@ -133,7 +133,7 @@ class Session:
         own = [job for job in jobs if TAB_OF_JOB.get(job.name) == tab]
         for job in own:
             job.stop()
-        if own or (tab in going and not any(TAB_OF_JOB.get(job.name) == tab for job in jobs)):
+        if own or tab in going:
             if tab in going:
                 self.stopped_going.add(tab)
             return tab
