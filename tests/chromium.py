@@ -26,6 +26,24 @@ def page_errors(pg) -> list[str]:
     return [t.inner_text() for t in pg.locator('[data-testid="toast-body"]').all()]
 
 
+def open_tab(pg, name: str, tries: int = 3) -> None:
+    """Click the tab `name` until it is the selected one. A CI run once timed out waiting 60 s for
+    a button of the Models tab right after its tab was clicked (not seen locally in 5 + 1 runs);
+    a click that lands while the page re-renders after an update may be lost, so it is tried
+    again, and a tab that never opens is said as such."""
+    tab = pg.get_by_role("tab", name=name)
+    for _ in range(tries):
+        tab.click()
+        try:
+            pg.wait_for_function("(name) => [...document.querySelectorAll('[role=tab]')].some("
+                                 "t => t.innerText.trim() === name && t.getAttribute('aria-selected') === 'true')",
+                                 arg=name, timeout=5_000)
+            return
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: click again
+            continue
+    raise AssertionError(f"the {name} tab did not open after {tries} clicks")
+
+
 @contextlib.contextmanager
 def browsers(count: int, timeout_ms: int = 60_000):
     """`count` pages, each in its own Chromium process with its own fresh profile (so each is

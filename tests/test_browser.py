@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.app_server import served_tiny_pair
-from tests.chromium import DONE_OR_ERROR, browsers, needs_chromium, page_errors
+from tests.chromium import DONE_OR_ERROR, browsers, needs_chromium, open_tab, page_errors
 from tests.robustness.served import wait_for
 
 pytestmark = needs_chromium
@@ -147,7 +147,7 @@ def test_the_planner_tab_redraws_when_the_device_profile_is_replaced(served, pag
     before = set(ctx.sessions._items)
     open_page(page, url)
     assert wait_for(lambda: first_plan_marked(ctx, before), 20)
-    page.get_by_role("tab", name="Planner").click()
+    open_tab(page, "Planner")
     caption = page.get_by_text("draft/target cost for one token")
     caption.wait_for()
     original = ctx.worker.cached_profile()
@@ -176,7 +176,7 @@ def test_taking_the_recommended_sampling_re_plans_the_live_plan(served, page, mo
     box.press("Tab")   # a typed value re-plans when the box is left
     assert wait_for(lambda: 1.3 in asked, 20), asked
     asked.clear()
-    page.get_by_role("tab", name="Models").click()
+    open_tab(page, "Models")
     page.click("#sq-use-recommended")
     assert wait_for(lambda: want in asked, 20), (want, asked)
     assert not page_errors(page), page_errors(page)
@@ -192,7 +192,7 @@ def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatc
     small.write_text('{"parents": [-1, 0, 0]}')
     large.write_text('{"parents": [-1, 0, 1, 2, 3]}')
     open_page(page, url)
-    page.get_by_role("tab", name="Planner").click()
+    open_tab(page, "Planner")
     page.locator("#sq-import input[type=file]").set_input_files(str(small))
     assert wait_for(lambda: 3 in asked, 20), asked
     page.locator("#sq-import button[aria-label='Clear']").first.click()
