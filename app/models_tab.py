@@ -333,7 +333,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
 
     def stop_check(request: gr.Request):
         job = ctx.sessions.get(request).check_job
-        if job is not None and not job.done and job.name == "check pair":
+        if job is not None and not job.done:   # the slot holds checks only
             job.stop()
             return "■ stopping the check after the current step…"
         return "No check is running in this tab."

@@ -70,10 +70,10 @@ class Session:
     def refuse_if_running(self) -> None:
         """Generate and Start race refuse while this page's run or race goes (the worker runs one
         at a time, and a page keeps one run), naming the tab whose Stop ends it."""
-        if self.running:
-            tab = TAB_OF_JOB.get(getattr(self.job, "name", None), "live") if not self.submitting else "live"
-            what = "a race" if tab == "race" else "a Live run"
-            raise UserError(f"{what} is already going: press Stop in the {tab.title()} tab first")
+        if self.running:   # `job` holds a run or a race; while submitting, it is a Live run's turn
+            race = not self.submitting and getattr(self.job, "name", None) == "race"
+            what, tab = ("a race", "Race") if race else ("a Live run", "Live")
+            raise UserError(f"{what} is already going: press Stop in the {tab} tab first")
 
     def ask_plan(self) -> int:
         """A ticket for one plan asked for by the page; see newer_plan_asked. Generate takes one
@@ -127,15 +127,15 @@ class Session:
         `tab` when it stopped one (or the tab's run has ended and its handler has not shown its last
         line yet), else the name of a job of another tab that goes on (the reply says where its
         Stop is), else None."""
-        going = [t for t, line in self.ended_with.items() if line is None]
+        tab_going = tab in self.ended_with and self.ended_with[tab] is None
         self.stopped_going.discard(tab)
         jobs = self.jobs_going()
         own = [job for job in jobs if TAB_OF_JOB.get(job.name) == tab]
         for job in own:
             job.stop()
-        if own or tab in going:
-            if tab in going:
-                self.stopped_going.add(tab)
+        if tab_going:
+            self.stopped_going.add(tab)
+        if own or tab_going:
             return tab
         return next((job.name for job in jobs), None)
 
