@@ -7,7 +7,7 @@ import time
 
 import gradio as gr
 
-from app import plots, render
+from app import plots, render, waiting
 from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
 from engine import interpolation, prompt_memory
 from engine.decoding import StepEvent
@@ -329,6 +329,9 @@ def build(ctx: AppContext, header: dict) -> dict:
     def generate(prompt_v, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v,
                  learn_v=True, request: gr.Request = None):
         sess = ctx.sessions.get(request)
+        if taken_back(ctx, request, "live"):
+            yield {status: TAKEN_BACK}
+            return
         try:
             if not isinstance(prompt_v, str) or not prompt_v.strip():
                 raise UserError("the prompt is empty: type something or pick an example")
@@ -445,7 +448,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                          show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
-    wire_stop(ctx, stop, "live", status, api_name="stop")
+    wire_stop(ctx, stop, "live", status, api_name="stop", runs=[run_event])
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)
@@ -484,12 +487,22 @@ GOES_ON = {"generate": "the Live run goes on (its Stop is in the Live tab)",
            "check pair": "the pair check goes on (its Stop is in the Models tab)"}
 
 
-def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
-    """A tab's Stop button: stops this tab's own jobs and says so in the tab's status `line`
-    (Session.stop_tab, stop_reply); then, once that reply is shown, puts back the line the stopped
-    run ended with if it has ended meanwhile (Session.line_after_stop: the reply can land last)."""
+# a tab's run that waited for the model slot and was taken back by that tab's Stop (app/waiting.py)
+WAITING = {"live": ("Live run", "Live runs"), "race": ("race", "races"),
+           "planner": ("measurement", "measurements"), "models": ("check", "checks")}
+TAKEN_BACK = "■ Stopped before it started (Stop took it back while it waited for the model)."
+
+
+def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs=()) -> None:
+    """A tab's Stop button: stops this tab's own jobs, takes back its `runs` (the events it wired)
+    that wait in Gradio's queue, and says so in the tab's status `line` (Session.stop_tab,
+    stop_reply); then, once that reply is shown, puts back the line the stopped run ended with if
+    it has ended meanwhile (Session.line_after_stop: the reply can land last)."""
+    ctx.run_events[tab] = waiting.event_ids(runs)
+
     def stop(request: gr.Request):
-        return stop_reply(ctx.sessions.get(request).stop_tab(tab), tab)
+        took_back = take_back_waiting(ctx, request, tab)
+        return stop_reply(ctx.sessions.get(request).stop_tab(tab), tab, took_back)
 
     def line_after_stop(request: gr.Request):
         ended = ctx.sessions.get(request).line_after_stop(tab)
@@ -500,11 +513,43 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str) -> None:
         **LIGHT)
 
 
-def stop_reply(stopped: str | None, tab: str) -> str:
+def take_back_waiting(ctx: AppContext, request: gr.Request, tab: str) -> int:
+    """A Stop of `tab`: marks this page's runs of that tab that wait in Gradio's queue (and any
+    just out of it whose handler may not have looked yet) as taken back; returns how many waited."""
+    blocks, key, fn_ids = ctx.sessions.blocks, getattr(request, "session_hash", None), ctx.run_events.get(tab)
+    if blocks is None or not fn_ids:
+        return 0
+    queued = waiting.waiting(blocks, key, fn_ids)
+    ctx.sessions.get(request).take_back(queued | waiting.started(blocks, key, fn_ids))
+    return len(queued)
+
+
+def taken_back(ctx: AppContext, request: gr.Request, tab: str) -> bool:
+    """Called first by each run's handler: whether this run waited in Gradio's queue and its tab's
+    Stop took it back meanwhile (the handler then only says TAKEN_BACK)."""
+    sess = ctx.sessions.get(request)
+    if not sess.taken_back or ctx.sessions.blocks is None:
+        return False
+    mine = waiting.started(ctx.sessions.blocks, getattr(request, "session_hash", None), ctx.run_events.get(tab, ()))
+    return sess.was_taken_back(mine)
+
+
+def waiting_words(tab: str, took_back: int) -> str:
+    """How a Stop names the runs of its tab it took back while they waited."""
+    one, many = WAITING.get(tab, ("run", "runs"))
+    return (f"the {one} waiting for the model will not start" if took_back == 1 else
+            f"the {took_back} {many} waiting for the model will not start")
+
+
+def stop_reply(stopped: str | None, tab: str, took_back: int = 0) -> str:
     """What a tab's Stop says (Session.stop_tab): its own run ends after the current step (its last
-    line follows); another tab's job is left going, and the reply says where its Stop is."""
+    line follows), its runs waiting for the model will not start, and another tab's job is left
+    going (the reply says where its Stop is)."""
+    waits = waiting_words(tab, took_back)
     if stopped == tab:
-        return "■ stopping after the current step…"
+        return "■ stopping after the current step…" + (f" ({waits})" if took_back else "")
+    if took_back:
+        return f"■ {waits[0].upper()}{waits[1:]}."
     if stopped is None:
         return "Nothing is running in this tab."
     return f"Nothing is running in this tab; {GOES_ON.get(stopped, 'another job goes on')}."

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import gradio as gr
 
-from app import render
-from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text
+from app import render, waiting
+from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, take_back_waiting,
+                      taken_back, waiting_words)
 from app.state import AppContext
 from engine.check import CheckConfig
 from engine.errors import UserError
@@ -291,6 +292,9 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
 
     def check_pair(mode_v, request: gr.Request):
         sess = ctx.sessions.get(request)
+        if taken_back(ctx, request, "models"):
+            yield {check_status: TAKEN_BACK}
+            return
         try:
             config = check_config(mode_v)
             if ctx.worker.pair is None and not ctx.worker.loading:
@@ -332,10 +336,15 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                check_status: f"{took} ({CHECK_MODE_NAMES.get(mode_v, mode_v)})."}
 
     def stop_check(request: gr.Request):
+        took_back = take_back_waiting(ctx, request, "models")
         job = ctx.sessions.get(request).check_job
         if job is not None and not job.done:   # the slot holds checks only
             job.stop()
-            return "■ stopping the check after the current step…"
+            return "■ stopping the check after the current step…" + (
+                f" ({waiting_words('models', took_back)})" if took_back else "")
+        if took_back:
+            words = waiting_words('models', took_back)
+            return f"■ {words[0].upper()}{words[1:]}."
         return "No check is running in this tab."
 
     controls = [c[k] for c in (sampling_controls or []) for k in ("temperature", "top_k", "top_p") if k in c]
@@ -369,8 +378,9 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                                                        report_json, check_status, pair_json],
                             api_name="load_models", show_progress="minimal", show_progress_on=[status], **MODEL)
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
-    check_btn.click(check_pair, check_mode, [check_status, verdict, summary, report_text, report_json],
-                    api_name="check", show_progress="minimal", show_progress_on=[check_status], **MODEL)
+    checked = check_btn.click(check_pair, check_mode, [check_status, verdict, summary, report_text, report_json],
+                              api_name="check", show_progress="minimal", show_progress_on=[check_status], **MODEL)
+    ctx.run_events["models"] = waiting.event_ids([checked])   # Stop takes back a waiting check (app/waiting.py)
     check_stop.click(stop_check, None, check_status, api_name="stop_check", show_progress="hidden", **LIGHT)
     return {"memory": memory, "info": info, "show_memory": show_memory, "load_event": load_event}
 

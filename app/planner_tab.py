@@ -11,7 +11,8 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
-from app.live import LIGHT, MODEL, PAGE_WIRING, failure_message, progress_text, wire_stop
+from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, taken_back,
+                      wire_stop)
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -220,6 +221,9 @@ def build(ctx: AppContext, live: dict) -> dict:
 
     def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
+        if taken_back(ctx, request, "planner"):
+            yield {acc_caption: TAKEN_BACK}
+            return
         try:
             settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
             job = ctx.sessions.get(request).aux = ctx.worker.measure(settings.temperature, settings.top_p, force=True,
@@ -231,6 +235,9 @@ def build(ctx: AppContext, live: dict) -> dict:
 
     def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
+        if taken_back(ctx, request, "planner"):
+            yield {prof_caption: TAKEN_BACK}
+            return
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
         yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
@@ -265,10 +272,10 @@ def build(ctx: AppContext, live: dict) -> dict:
     refresh_event = dict(show_progress="hidden", **LIGHT)
     tab = live["planner_tab"]
     tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
-    measure.click(run_measure, settings_inputs, outputs, api_name="measure", show_progress="minimal",
-                  show_progress_on=[acc_caption], **MODEL)
-    profile.click(run_profile, settings_inputs, outputs, api_name="profile", show_progress="minimal",
-                  show_progress_on=[prof_caption], **MODEL)
+    measured = measure.click(run_measure, settings_inputs, outputs, api_name="measure", show_progress="minimal",
+                             show_progress_on=[acc_caption], **MODEL)
+    profiled = profile.click(run_profile, settings_inputs, outputs, api_name="profile", show_progress="minimal",
+                             show_progress_on=[prof_caption], **MODEL)
     def choose_export_format(fmt_v, request: gr.Request):
         if fmt_v not in tree_export.FORMATS:
             raise gr.Error(f"unknown export format {fmt_v!r}")
@@ -279,7 +286,7 @@ def build(ctx: AppContext, live: dict) -> dict:
     export_format.change(choose_export_format, export_format, export, api_name="export_format",
                          show_progress="hidden", **LIGHT)
 
-    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring")
+    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring", runs=[measured, profiled])
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans

@@ -6,7 +6,7 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.live import MODEL, failure_message, progress_text, wire_stop
+from app.live import MODEL, TAKEN_BACK, failure_message, progress_text, taken_back, wire_stop
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.settings import MAX_NEW_TOKENS
@@ -116,6 +116,9 @@ def build(ctx: AppContext) -> dict:
     def race(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v,
              request: gr.Request):
         sess = ctx.sessions.get(request)
+        if taken_back(ctx, request, "race"):
+            yield {status: TAKEN_BACK}
+            return
         try:
             if not isinstance(prompt_v, str) or not prompt_v.strip():
                 raise UserError("the prompt is empty")
@@ -190,7 +193,7 @@ def build(ctx: AppContext) -> dict:
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
                             show_progress="minimal", show_progress_on=[status], **MODEL)
-    wire_stop(ctx, stop, "race", status, api_name="stop_race")
+    wire_stop(ctx, stop, "race", status, api_name="stop_race", runs=[run_event])
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 
 

@@ -60,6 +60,8 @@ class Session:
     # goes), and the tabs whose going run this page's last Stop stopped (see line_after_stop)
     ended_with: dict = field(default_factory=dict)
     stopped_going: set = field(default_factory=set)
+    # ids of this page's events a Stop took back while they waited in Gradio's queue (app/waiting.py)
+    taken_back: OrderedDict = field(default_factory=OrderedDict)
     touched: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -139,6 +141,24 @@ class Session:
             return tab
         return next((job.name for job in jobs), None)
 
+    def take_back(self, event_ids) -> None:
+        """A Stop found these events of its tab waiting in Gradio's queue (or just out of it): each
+        one's handler ends at once when it starts (was_taken_back). An id is never used twice, so
+        one whose handler had already looked is harmless; the oldest are forgotten past 64."""
+        with self.lock:
+            for event_id in event_ids:
+                self.taken_back[event_id] = True
+            while len(self.taken_back) > 64:
+                self.taken_back.popitem(last=False)
+
+    def was_taken_back(self, event_ids) -> bool:
+        """Whether one of these events (a handler's own, just started) was taken back; forgets it."""
+        with self.lock:
+            hits = [event_id for event_id in event_ids if event_id in self.taken_back]
+            for event_id in hits:
+                del self.taken_back[event_id]
+            return bool(hits)
+
     def line_after_stop(self, tab: str) -> str | None:
         """After Stop's reply is shown: the line `tab`'s run ended with, if that Stop stopped it and
         it has ended (else None: its last line is still to come, and will land after the reply)."""
@@ -206,6 +226,9 @@ class AppContext:
     max_depth: int = 16
     default_budget: int = 32
     default_depth: int = 8
+    # per tab, the ids of its events that wait for the model slot and its Stop may take back
+    # (app/live.py wire_stop; app/waiting.py)
+    run_events: dict = field(default_factory=dict)
 
     def for_device(self, device: str | None) -> "AppContext":
         """Slider defaults that suit the device: on a CPU a tree forward costs more with every

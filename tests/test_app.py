@@ -369,3 +369,21 @@ def test_a_side_job_of_one_tab_never_hides_another_tabs_from_its_stop():
     assert sess.stop_all() and checking.done
 
 
+
+
+def test_a_stop_takes_back_its_tabs_waiting_runs_once_each():
+    """Session.take_back / was_taken_back: the handler of an event a Stop found waiting ends at
+    once when it starts, once; other events run; old marks are forgotten. stop_reply names them."""
+    from app.live import stop_reply
+    from app.state import Session
+    sess = Session()
+    sess.take_back({"a", "b"})
+    assert sess.was_taken_back({"a"}) and not sess.was_taken_back({"a"})   # once
+    assert not sess.was_taken_back({"c"}) and not sess.was_taken_back(set())
+    assert sess.was_taken_back({"b", "c"})
+    sess.take_back(f"id{i}" for i in range(70))
+    assert len(sess.taken_back) == 64 and not sess.was_taken_back({"id0"}) and sess.was_taken_back({"id69"})
+    assert stop_reply(None, "race", 1) == "■ The race waiting for the model will not start."
+    assert stop_reply("generate", "race", 2) == "■ The 2 races waiting for the model will not start."
+    assert stop_reply("live", "live", 1) == ("■ stopping after the current step… (the Live run waiting for the "
+                                             "model will not start)")

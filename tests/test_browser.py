@@ -279,3 +279,31 @@ def test_enter_in_a_slider_box_re_plans(served, page, monkeypatch):
     box.press("Enter")
     assert wait_for(lambda: 13 in asked, 20), asked
     assert not page_errors(page), page_errors(page)
+
+
+def test_a_race_started_during_the_live_run_is_taken_back_by_the_race_tabs_stop(served, page, monkeypatch):
+    """Start race pressed while the page's Live run goes waits in Gradio's queue; the Race tab's
+    Stop takes it back (it started once the Live run ended, and no Stop could take it back) and
+    says so; once the Live run is stopped the race says it was stopped before it started."""
+    from app import waiting
+    url, ctx = served
+    before = set(ctx.sessions._items)
+    start_a_slow_run(page, url, monkeypatch)
+    sess_key = next(key for key in list(ctx.sessions._items) if key not in before)
+    open_tab(page, "Race")
+    page.click("#sq-race-start")
+    assert wait_for(lambda: waiting.waiting(ctx.sessions.blocks, sess_key, ctx.run_events["race"]), 30)
+    page.click("#sq-race-stop")
+    page.wait_for_function("document.querySelector('#sq-race-status').innerText.includes('will not start')",
+                           timeout=20_000)
+    open_tab(page, "Live")
+    assert "step " in page.locator("#sq-live-status").inner_text()   # the Live run goes on
+    page.click("#sq-stop")
+    run_ends(page, ctx, 60)
+    open_tab(page, "Race")
+    page.wait_for_function("document.querySelector('#sq-race-status').innerText.includes('Stop took it back')",
+                           timeout=20_000)
+    if os.environ.get("SEQUOIA_SCREENSHOT"):
+        page.screenshot(path=os.environ["SEQUOIA_SCREENSHOT"], full_page=True)
+    assert not [s for s in list(ctx.sessions._items.values()) if s.job is not None and s.job.name == "race"]
+    assert not page_errors(page), page_errors(page)

@@ -822,3 +822,34 @@ def test_a_page_opened_during_a_race_gets_its_plan_once_the_race_ends(served, cl
         race.cancel()
     out = client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_race")
     assert "Plan:" in str(out[0]) and sess.plan is not None and sess.plan.spec.budget == 7, out
+
+
+@pytest.mark.timeout(120)
+def test_a_run_waiting_for_the_model_is_taken_back_by_its_tabs_stop(served, client, jobs):
+    """Start race and Measure pressed while the page's Live run goes wait in Gradio's queue (one
+    model group). Their tabs' Stops take them back: each says it was stopped before it started,
+    neither reaches the worker, and the Live run goes on (it ran them once it ended, before)."""
+    from app import waiting
+    ctx = served["ctx"]
+    run = client.submit(*gen_args(max_new_tokens=8000, method="ar"), api_name="/generate")   # stopped below
+    try:
+        assert wait_for(lambda: any(j.name == "generate" and j.state == "running" for j in jobs), 30)
+        live = next(j for j in jobs if j.name == "generate")
+        race = client.submit("def g(y):", ["ar"], 8, 4, 0, 1, 8, 0, 0, api_name="/race")
+        measure = client.submit("sequoia", 8, 4, False, 0.5, 1, api_name="/measure")
+        queued = lambda: waiting.waiting(ctx.sessions.blocks, client.session_hash,   # noqa: E731
+                                         ctx.run_events["race"] | ctx.run_events["planner"])
+        assert wait_for(lambda: len(queued()) == 2, 30)
+        assert client.predict(api_name="/stop_race") == "■ The race waiting for the model will not start."
+        assert client.predict(api_name="/stop_measuring") == ("■ The measurement waiting for the model will "
+                                                               "not start.")
+        assert live.state == "running" and not live.stop_requested
+        assert client.predict(api_name="/stop").startswith("■ stopping after the current step")
+        assert "Stop took it back" in race.result(timeout=60)[0]
+        assert "Stop took it back" in str(measure.result(timeout=60))
+    finally:
+        run.cancel()
+    assert [j.name for j in jobs] == ["generate"] and wait_for(lambda: live.done, 30)
+    # a race asked for now runs (the marks were used up)
+    out = client.predict("def g(y):", ["ar"], 8, 4, 0, 1, 4, 0, 0, api_name="/race")
+    assert out[0] == "✓ Race finished." and [j.name for j in jobs] == ["generate", "race"]
