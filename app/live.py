@@ -221,7 +221,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                                            prompt=prompt_v)
         except NeedsMeasurement as need:
             yield {status: f"… {need} — measuring now (the plan follows)…"}
-            job = sess.plan_job = ctx.worker.plan(spec, settings)
+            job = ctx.worker.plan(spec, settings)
+            sess.add_plan_job(job)
             try:
                 for item in job.stream():
                     if isinstance(item, Progress):

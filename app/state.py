@@ -44,7 +44,7 @@ class Session:
     job: Any = None                       # the running/last generate or race Job
     # one slot per kind of side job, so that one never hides another from its tab's Stop
     aux: Any = None                       # the Planner's measurement or profile
-    plan_job: Any = None                  # the measurement a Live re-plan needed
+    plan_jobs: list = field(default_factory=list)   # the measurements Live re-plans needed (add_plan_job)
     check_job: Any = None                 # the Models tab's pair check
     events: list = field(default_factory=list)   # StepEvents of the last Live run (for replay)
     run_info: dict = field(default_factory=dict)  # greedy, sampler, planned vector, label, ...
@@ -104,7 +104,14 @@ class Session:
 
     def jobs_going(self) -> list:
         """This session's jobs that have not finished (queued or running)."""
-        return [job for job in (self.job, self.aux, self.plan_job, self.check_job) if job is not None and not job.done]
+        return [job for job in (self.job, self.aux, *self.plan_jobs, self.check_job) if job is not None and not job.done]
+
+    def add_plan_job(self, job) -> None:
+        """A Live re-plan's measurement. Each re-plan that finds nothing measured submits one (two
+        slider moves before the first ends: two, the second then reads the first's result), so
+        all of them are kept till they end: one slot let the newer hide the older from the Stop."""
+        with self.lock:
+            self.plan_jobs = [going for going in self.plan_jobs if not going.done] + [job]
 
     def stop_all(self) -> bool:
         """Stop every job of this session (the page went away); True if something was running or queued."""

@@ -301,8 +301,10 @@ def test_stops_follow_up_puts_back_only_the_last_line_of_the_run_it_stopped():
     sess.run_ended("planner", "measured over 96 positions")
     assert sess.line_after_stop("planner") == "measured over 96 positions"
     # a Live plan's own measurement (no tab's run) is the Live tab's
-    sess.plan_job = _Job("plan")
-    assert sess.stop_tab("live") == "live" and sess.plan_job.done
+    older, newer = _Job("plan"), _Job("plan")   # two re-plans' measurements: the Stop stops both
+    sess.add_plan_job(older)
+    sess.add_plan_job(newer)
+    assert sess.stop_tab("live") == "live" and older.done and newer.done
 
 
 def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_it_in():
@@ -319,7 +321,7 @@ def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_i
         sess.refuse_if_running()
 
 
-SLOT_OF_JOB = {"generate": "job", "race": "job", "plan": "plan_job", "measure acceptance": "aux",
+SLOT_OF_JOB = {"generate": "job", "race": "job", "plan": "plan_jobs", "measure acceptance": "aux",
                "profile device": "aux", "check pair": "check_job"}
 
 
@@ -335,7 +337,7 @@ def test_a_tabs_stop_leaves_another_tabs_job_going_and_says_where_its_stop_is(jo
     from app.state import TAB_OF_JOB, Session
     sess = Session()
     job = _Job(job_name)
-    setattr(sess, SLOT_OF_JOB[job_name], job)
+    setattr(sess, SLOT_OF_JOB[job_name], [job] if job_name == "plan" else job)
     owner = TAB_OF_JOB[job_name]
     if owner != "models" and job_name != "plan":   # runs and Planner measurements record a status line
         sess.run_going(owner)
@@ -359,7 +361,8 @@ def test_a_side_job_of_one_tab_never_hides_another_tabs_from_its_stop():
     measuring, planning, checking = _Job("measure acceptance"), _Job("plan"), _Job("check pair")
     sess.aux = measuring
     sess.run_going("planner")
-    sess.plan_job, sess.check_job = planning, checking
+    sess.add_plan_job(planning)
+    sess.check_job = checking
     assert "measurement goes on (its Stop is in the Planner tab)" in stop_reply(sess.stop_tab("race"), "race")
     sess.aux = None
     assert "plan is measuring acceptance" in stop_reply(sess.stop_tab("race"), "race")
