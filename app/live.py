@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 import logging
 import time
 
@@ -347,6 +348,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind),
                                           learn=sess.learn)
                 sess.job = job
+                stop_if_taken_back(ctx, request, "live", job)
             finally:
                 sess.submitting = False
         except (UserError, TreeError) as exc:
@@ -449,7 +451,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                          show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
-    wire_stop(ctx, stop, "live", status, api_name="stop", runs=[run_event])
+    wire_stop(ctx, stop, "live", status, api_name="stop", runs={"Live run": run_event})
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)
@@ -488,18 +490,16 @@ GOES_ON = {"generate": "the Live run goes on (its Stop is in the Live tab)",
            "check pair": "the pair check goes on (its Stop is in the Models tab)"}
 
 
-# a tab's run that waited for the model slot and was taken back by that tab's Stop (app/waiting.py)
-WAITING = {"live": ("Live run", "Live runs"), "race": ("race", "races"),
-           "planner": ("measurement", "measurements"), "models": ("check", "checks")}
+# what a run says when it waited for the model slot and its tab's Stop took it back (app/waiting.py)
 TAKEN_BACK = "■ Stopped before it started (Stop took it back while it waited for the model)."
 
 
-def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs=()) -> None:
-    """A tab's Stop button: stops this tab's own jobs, takes back its `runs` (the events it wired)
-    that wait in Gradio's queue, and says so in the tab's status `line` (Session.stop_tab,
-    stop_reply); then, once that reply is shown, puts back the line the stopped run ended with if
-    it has ended meanwhile (Session.line_after_stop: the reply can land last)."""
-    ctx.run_events[tab] = waiting.event_ids(runs)
+def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict | None = None) -> None:
+    """A tab's Stop button: stops this tab's own jobs, takes back its `runs` (what each is called:
+    the event the tab wired) that wait in Gradio's queue, and says so in the tab's status `line`
+    (Session.stop_tab, stop_reply); then, once that reply is shown, puts back the line the stopped
+    run ended with if it has ended meanwhile (Session.line_after_stop: the reply can land last)."""
+    ctx.run_events[tab] = waiting.event_ids(runs or {})
 
     def stop(request: gr.Request):
         took_back = take_back_waiting(ctx, request, tab)
@@ -514,15 +514,16 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs=()) -
         **LIGHT)
 
 
-def take_back_waiting(ctx: AppContext, request: gr.Request, tab: str) -> int:
+def take_back_waiting(ctx: AppContext, request: gr.Request, tab: str) -> list[str]:
     """A Stop of `tab`: marks this page's runs of that tab that wait in Gradio's queue (and any
-    just out of it whose handler may not have looked yet) as taken back; returns how many waited."""
-    blocks, key, fn_ids = ctx.sessions.blocks, getattr(request, "session_hash", None), ctx.run_events.get(tab)
-    if blocks is None or not fn_ids:
-        return 0
-    queued = waiting.waiting(blocks, key, fn_ids)
-    ctx.sessions.get(request).take_back(queued | waiting.started(blocks, key, fn_ids))
-    return len(queued)
+    just out of it whose handler may not have looked yet) as taken back; returns what each one
+    that waited is called."""
+    blocks, key, names = ctx.sessions.blocks, getattr(request, "session_hash", None), ctx.run_events.get(tab)
+    if blocks is None or not names:
+        return []
+    queued = waiting.waiting(blocks, key, names)
+    ctx.sessions.get(request).take_back(set(queued) | set(waiting.started(blocks, key, names)))
+    return [names[fn_id] for fn_id in queued.values()]
 
 
 def taken_back(ctx: AppContext, request: gr.Request, tab: str) -> bool:
@@ -531,22 +532,33 @@ def taken_back(ctx: AppContext, request: gr.Request, tab: str) -> bool:
     sess = ctx.sessions.get(request)
     if not sess.taken_back or ctx.sessions.blocks is None:
         return False
-    mine = waiting.started(ctx.sessions.blocks, getattr(request, "session_hash", None), ctx.run_events.get(tab, ()))
+    # the handler's own event: every run event of a tab is in the model group, which runs one at a
+    # time, so this page has at most one of them started
+    mine = waiting.started(ctx.sessions.blocks, getattr(request, "session_hash", None), ctx.run_events.get(tab, {}))
     return sess.was_taken_back(mine)
 
 
-def waiting_words(tab: str, took_back: int) -> str:
-    """How a Stop names the runs of its tab it took back while they waited."""
-    one, many = WAITING.get(tab, ("run", "runs"))
-    return (f"the {one} waiting for the model will not start" if took_back == 1 else
-            f"the {took_back} {many} waiting for the model will not start")
+def waiting_words(took_back: list[str]) -> str:
+    """How a Stop names the runs of its tab it took back while they waited ("the race", "the
+    measurement and the 2 profiles")."""
+    counts = Counter(took_back)
+    names = " and ".join(f"the {name}" if n == 1 else f"the {n} {name}s" for name, n in counts.items())
+    return f"{names} waiting for the model will not start"
 
 
-def stop_reply(stopped: str | None, tab: str, took_back: int = 0) -> str:
+def stop_if_taken_back(ctx: AppContext, request: gr.Request, tab: str, job) -> None:
+    """Called by each run's handler once its job is stored where its tab's Stop finds it: a Stop
+    that came after the handler's first look (taken_back) but before the job was stored found
+    nothing to stop, and only marked the event; the job is stopped here instead."""
+    if taken_back(ctx, request, tab):
+        job.stop()
+
+
+def stop_reply(stopped: str | None, tab: str, took_back: list[str] = ()) -> str:
     """What a tab's Stop says (Session.stop_tab): its own run ends after the current step (its last
     line follows), its runs waiting for the model will not start, and another tab's job is left
     going (the reply says where its Stop is)."""
-    waits = waiting_words(tab, took_back)
+    waits = waiting_words(took_back)
     if stopped == tab:
         return "■ stopping after the current step…" + (f" ({waits})" if took_back else "")
     if took_back:

@@ -8,8 +8,8 @@ from pathlib import Path
 import gradio as gr
 
 from app import render, waiting
-from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, take_back_waiting,
-                      taken_back, waiting_words)
+from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back,
+                      take_back_waiting, taken_back, waiting_words)
 from app.state import AppContext
 from engine.check import CheckConfig
 from engine.errors import UserError
@@ -300,6 +300,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             if ctx.worker.pair is None and not ctx.worker.loading:
                 raise UserError("no model pair is loaded: load one above first")
             job = sess.check_job = ctx.worker.check(config)
+            stop_if_taken_back(ctx, request, "models", job)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
         ahead = job.position
@@ -341,9 +342,9 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         if job is not None and not job.done:   # the slot holds checks only
             job.stop()
             return "■ stopping the check after the current step…" + (
-                f" ({waiting_words('models', took_back)})" if took_back else "")
+                f" ({waiting_words(took_back)})" if took_back else "")
         if took_back:
-            words = waiting_words('models', took_back)
+            words = waiting_words(took_back)
             return f"■ {words[0].upper()}{words[1:]}."
         return "No check is running in this tab."
 
@@ -380,7 +381,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
     checked = check_btn.click(check_pair, check_mode, [check_status, verdict, summary, report_text, report_json],
                               api_name="check", show_progress="minimal", show_progress_on=[check_status], **MODEL)
-    ctx.run_events["models"] = waiting.event_ids([checked])   # Stop takes back a waiting check (app/waiting.py)
+    ctx.run_events["models"] = waiting.event_ids({"check": checked})   # Stop takes back a waiting check (app/waiting.py)
     check_stop.click(stop_check, None, check_status, api_name="stop_check", show_progress="hidden", **LIGHT)
     return {"memory": memory, "info": info, "show_memory": show_memory, "load_event": load_event}
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
-from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, taken_back,
-                      wire_stop)
+from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back,
+                      taken_back, wire_stop)
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -230,6 +230,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                                                      top_k=settings.top_k)
         except UserError as exc:
             raise gr.Error(str(exc)) from None
+        stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, acc_caption, "measuring acceptance", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
@@ -239,6 +240,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             yield {prof_caption: TAKEN_BACK}
             return
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
+        stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
@@ -286,7 +288,7 @@ def build(ctx: AppContext, live: dict) -> dict:
     export_format.change(choose_export_format, export_format, export, api_name="export_format",
                          show_progress="hidden", **LIGHT)
 
-    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring", runs=[measured, profiled])
+    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring", runs={"measurement": measured, "profile": profiled})
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans

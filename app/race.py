@@ -6,7 +6,8 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.live import MODEL, TAKEN_BACK, failure_message, progress_text, taken_back, wire_stop
+from app.live import (MODEL, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back, taken_back,
+                      wire_stop)
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.settings import MAX_NEW_TOKENS
@@ -139,6 +140,7 @@ def build(ctx: AppContext) -> dict:
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
         sess.job = job
+        stop_if_taken_back(ctx, request, "race", job)
         sess.run_info["kind"] = "race"  # re-plans do not reach a race
         sess.run_going("race")
         order = [lane for lane, _ in specs]
@@ -184,7 +186,9 @@ def build(ctx: AppContext) -> dict:
             if not job.done:
                 job.stop()
         summary = _summary(order, lanes, greedy)
-        done_all = all(lanes[lane].get("last") is not None and lanes[lane]["last"].done for lane in order)
+        # a Stop ends every lane with finish reason "stopped" (each lane's last event is done then too)
+        done_all = all(lanes[lane].get("last") is not None and lanes[lane]["last"].done
+                       and lanes[lane]["last"].finish_reason != "stopped" for lane in order)
         stopped = job.state == "stopped" or not done_all
         yield {status: sess.run_ended("race", "■ Race stopped." if stopped else "✓ Race finished."),
                lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),
@@ -193,7 +197,7 @@ def build(ctx: AppContext) -> dict:
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
                             show_progress="minimal", show_progress_on=[status], **MODEL)
-    wire_stop(ctx, stop, "race", status, api_name="stop_race", runs=[run_event])
+    wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 
 

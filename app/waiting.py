@@ -18,29 +18,31 @@ import logging
 log = logging.getLogger(__name__)
 
 
-def event_ids(dependencies) -> frozenset:
-    """The function ids of events a page wired (what `.click(...)` returned)."""
-    return frozenset(dep["id"] for dep in dependencies)
+def event_ids(runs: dict) -> dict:
+    """{function id: name} for the events a tab wired, given as {name: what `.click(...)` returned}."""
+    return {dep["id"]: name for name, dep in runs.items()}
 
 
-def waiting(blocks, session_hash: str | None, fn_ids: frozenset) -> set[str]:
-    """Ids of this page's events of these functions that wait in Gradio's queue (not started)."""
+def waiting(blocks, session_hash: str | None, fn_ids) -> dict[str, int]:
+    """{event id: function id} for this page's events of these functions that wait in Gradio's
+    queue (not started)."""
     try:
         queues = list(blocks._queue.event_queue_per_concurrency_id.values())
-        return {event._id for q in queues for event in list(q.queue)
+        return {event._id: event.fn._id for q in queues for event in list(q.queue)
                 if event.session_hash == session_hash and event.fn._id in fn_ids}
     except (AttributeError, TypeError) as exc:
         log.debug("Gradio's queue not read: %r", exc)
-        return set()
+        return {}
 
 
-def started(blocks, session_hash: str | None, fn_ids: frozenset) -> set[str]:
-    """Ids of this page's events of these functions that Gradio has taken out of its queue and
-    runs now (a handler finds its own event here: the model group runs one at a time)."""
+def started(blocks, session_hash: str | None, fn_ids) -> dict[str, int]:
+    """{event id: function id} for this page's events of these functions that Gradio has taken out
+    of its queue and runs now (a handler finds its own event here: the model group runs one at a
+    time)."""
     try:
         jobs = [events for events in list(blocks._queue.active_jobs) if events]
-        return {event._id for events in jobs for event in events
+        return {event._id: event.fn._id for events in jobs for event in events
                 if event.session_hash == session_hash and event.fn._id in fn_ids}
     except (AttributeError, TypeError) as exc:
         log.debug("Gradio's running events not read: %r", exc)
-        return set()
+        return {}

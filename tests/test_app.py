@@ -372,8 +372,6 @@ def test_a_side_job_of_one_tab_never_hides_another_tabs_from_its_stop():
     assert sess.stop_all() and checking.done
 
 
-
-
 def test_a_stop_takes_back_its_tabs_waiting_runs_once_each():
     """Session.take_back / was_taken_back: the handler of an event a Stop found waiting ends at
     once when it starts, once; other events run; old marks are forgotten. stop_reply names them."""
@@ -386,7 +384,9 @@ def test_a_stop_takes_back_its_tabs_waiting_runs_once_each():
     assert sess.was_taken_back({"b", "c"})
     sess.take_back(f"id{i}" for i in range(70))
     assert len(sess.taken_back) == 64 and not sess.was_taken_back({"id0"}) and sess.was_taken_back({"id69"})
-    assert stop_reply(None, "race", 1) == "■ The race waiting for the model will not start."
-    assert stop_reply("generate", "race", 2) == "■ The 2 races waiting for the model will not start."
-    assert stop_reply("live", "live", 1) == ("■ stopping after the current step… (the Live run waiting for the "
-                                             "model will not start)")
+    assert stop_reply(None, "race", ["race"]) == "■ The race waiting for the model will not start."
+    assert stop_reply("generate", "race", ["race"] * 2) == "■ The 2 races waiting for the model will not start."
+    assert stop_reply("live", "live", ["Live run"]) == ("■ stopping after the current step… (the Live run waiting "
+                                                        "for the model will not start)")
+    assert stop_reply(None, "planner", ["profile", "measurement", "profile"]) == (
+        "■ The 2 profiles and the measurement waiting for the model will not start.")

@@ -800,6 +800,7 @@ def test_a_tabs_stop_leaves_another_tabs_run_going(served, client, jobs):
         assert running.state == "running"
         assert "stopping" in client.predict(api_name="/stop_race")
         assert running.stop_requested and wait_for(lambda: running.done, 30)
+        assert race.result(timeout=30)[0] == "■ Race stopped."   # it said "✓ Race finished."
     finally:
         race.cancel()
 
@@ -853,3 +854,23 @@ def test_a_run_waiting_for_the_model_is_taken_back_by_its_tabs_stop(served, clie
     # a race asked for now runs (the marks were used up)
     out = client.predict("def g(y):", ["ar"], 8, 4, 0, 1, 4, 0, 0, api_name="/race")
     assert out[0] == "✓ Race finished." and [j.name for j in jobs] == ["generate", "race"]
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_landing_as_a_run_starts_stops_it(served, client, jobs, monkeypatch):
+    """A Stop that lands after a run's handler has looked for a take-back but before its job is
+    stored finds nothing to stop and only marks the event: the handler looks once more when its
+    job is stored, and stops it (here the Stop lands while the race is being handed to the worker)."""
+    worker = served["ctx"].worker
+    hand_over, replies = worker.race, []
+
+    def race_with_a_stop_meanwhile(*args, **kwargs):
+        job = hand_over(*args, **kwargs)
+        replies.append(client.predict(api_name="/stop_race"))   # the handler has not stored the job yet
+        return job
+
+    monkeypatch.setattr(worker, "race", race_with_a_stop_meanwhile)
+    out = client.predict("def g(y):", ["ar"], 8, 4, 0, 1, 8000, 0, 0, api_name="/race")
+    race = next(j for j in jobs if j.name == "race")
+    assert replies == ["Nothing is running in this tab."] and race.stop_requested   # (the reply cannot know)
+    assert out[0] == "■ Race stopped." and [lane["finish_reason"] for lane in out[-1]["lanes"]] == ["stopped"]
