@@ -55,6 +55,21 @@ def _lane_html(order, lanes) -> str:
     return '<div class="sq-lanes">' + "".join(rows) + "</div>"
 
 
+def _agrees_with_ar(ev, ar) -> bool:
+    """At T = 0 every lane must produce the autoregressive text; when a Stop ended either lane
+    early, on what both generated (a stopped lane is a prefix of its whole text)."""
+    if "stopped" in (ev.finish_reason, ar.finish_reason):
+        n = min(len(ev.token_ids), len(ar.token_ids))
+        return ev.token_ids[:n] == ar.token_ids[:n]
+    return ev.token_ids == ar.token_ids
+
+
+def _same_text_cell(ev, ar) -> str:
+    if not _agrees_with_ar(ev, ar):
+        return "✗ differs"
+    return "✓ same so far (stopped)" if "stopped" in (ev.finish_reason, ar.finish_reason) else "✓ identical"
+
+
 def _table(order, lanes, greedy: bool):
     ar = lanes.get(RACE_LABELS["ar"], {}).get("last")
     headers = ["method", "tokens", "steps", "tokens/step", "tokens/s", "speedup vs AR", "prefill s"]
@@ -71,8 +86,7 @@ def _table(order, lanes, greedy: bool):
         row = [info.get("label") or lane, ev.total_tokens, ev.total_steps, round(ev.tokens_per_step, 2),
                round(ev.tokens_per_second, 1), speed, round(ev.prefill_seconds, 3)]
         if greedy:
-            row.append("—" if ar is None or not ar.done else ("✓ identical" if ev.token_ids == ar.token_ids
-                                                               else "✗ differs"))
+            row.append("—" if ar is None or not ar.done else _same_text_cell(ev, ar))
         rows.append(row)
     return {"headers": headers, "data": rows}
 
@@ -215,14 +229,20 @@ def _summary(order, lanes, greedy: bool) -> dict:
                     "predicted_tokens_per_step": lanes[lane].get("expected"),
                     "speedup": (ev.tokens_per_second / ar.tokens_per_second
                                 if ar is not None and ar.tokens_per_second > 0 else None),
-                    "same_as_autoregressive": (ev.token_ids == ar.token_ids) if ar is not None else None})
+                    "same_as_autoregressive": _agrees_with_ar(ev, ar) if ar is not None else None})
     identical = None
     verdict = ""
+    stopped = any(x["finish_reason"] == "stopped" for x in out)
     if greedy and ar is not None:
         identical = all(x["same_as_autoregressive"] for x in out)
-        verdict = ("✓ **Greedy check passed:** every method produced exactly the autoregressive text."
-                   if identical else "✗ **Greedy check failed:** some text differs from autoregressive — "
-                                     "that is a bug (or the race was stopped early).")
+        if not identical:
+            verdict = ("✗ **Greedy check failed:** some text differs from autoregressive"
+                       + (" within what both generated" if stopped else "") + " — that is a bug.")
+        elif stopped:
+            verdict = ("■ **Stopped early:** every method's text is the autoregressive text as far as both got "
+                       "(the greedy check on what was generated).")
+        else:
+            verdict = "✓ **Greedy check passed:** every method produced exactly the autoregressive text."
     elif greedy:
         verdict = "Add autoregressive to the race to check that every greedy text is identical to it."
     else:

@@ -390,3 +390,26 @@ def test_a_stop_takes_back_its_tabs_waiting_runs_once_each():
                                                         "for the model will not start)")
     assert stop_reply(None, "planner", ["profile", "measurement", "profile"]) == (
         "■ The 2 profiles and the measurement waiting for the model will not start.")
+
+
+def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
+    """A Stop ends the lanes at different lengths; the greedy check compared whole texts and said
+    "✗ Greedy check failed" for a race that was only stopped. It now compares what both generated,
+    and a stopped lane that differs within it still fails."""
+    from types import SimpleNamespace
+    from app.race import RACE_LABELS, _summary, _table
+
+    def lane(ids, reason):
+        return {"last": SimpleNamespace(token_ids=ids, finish_reason=reason, done=True, text="", total_tokens=len(ids),
+                                        total_steps=1, tokens_per_step=1.0, tokens_per_second=1.0,
+                                        total_seconds=1.0, prefill_seconds=0.0)}
+    ar, chain = RACE_LABELS["ar"], RACE_LABELS["chain"]
+    stopped = {ar: lane([1, 2, 3], "stopped"), chain: lane([1, 2, 3, 4, 5], "stopped")}
+    summary = _summary([ar, chain], stopped, greedy=True)
+    assert summary["identical"] is True and summary["verdict"].startswith("■ **Stopped early:**")
+    assert [row[-1] for row in _table([ar, chain], stopped, True)["data"]] == ["✓ same so far (stopped)"] * 2
+    wrong = {ar: lane([1, 2, 3], "stopped"), chain: lane([1, 9, 3, 4], "stopped")}
+    assert _summary([ar, chain], wrong, greedy=True)["verdict"].startswith("✗ **Greedy check failed:**")
+    assert _table([ar, chain], wrong, True)["data"][1][-1] == "✗ differs"
+    finished = {ar: lane([1, 2, 3], "max_new_tokens"), chain: lane([1, 2, 3, 4], "max_new_tokens")}
+    assert _summary([ar, chain], finished, greedy=True)["identical"] is False   # whole texts when neither stopped
