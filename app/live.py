@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import functools
-from collections import Counter
 import logging
 import time
+from collections import Counter
 
 import gradio as gr
 

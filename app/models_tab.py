@@ -381,7 +381,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
     checked = check_btn.click(check_pair, check_mode, [check_status, verdict, summary, report_text, report_json],
                               api_name="check", show_progress="minimal", show_progress_on=[check_status], **MODEL)
-    ctx.run_events["models"] = waiting.event_ids({"check": checked})   # Stop takes back a waiting check (app/waiting.py)
+    ctx.run_events["models"] = waiting.event_ids({"check": checked})   # its Stop takes back a waiting check
     check_stop.click(stop_check, None, check_status, api_name="stop_check", show_progress="hidden", **LIGHT)
     return {"memory": memory, "info": info, "show_memory": show_memory, "load_event": load_event}
 

@@ -288,7 +288,8 @@ def build(ctx: AppContext, live: dict) -> dict:
     export_format.change(choose_export_format, export_format, export, api_name="export_format",
                          show_progress="hidden", **LIGHT)
 
-    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring", runs={"measurement": measured, "profile": profiled})
+    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring",
+              runs={"measurement": measured, "profile": profiled})
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans

@@ -239,8 +239,8 @@ def _summary(order, lanes, greedy: bool) -> dict:
             verdict = ("✗ **Greedy check failed:** some text differs from autoregressive"
                        + (" within what both generated" if stopped else "") + " — that is a bug.")
         elif stopped:
-            verdict = ("■ **Stopped early:** every method's text is the autoregressive text as far as both got "
-                       "(the greedy check on what was generated).")
+            verdict = ("■ **Stopped early:** each method's text matches the autoregressive text up to where the "
+                       "shorter of the two stopped (the greedy check on what was generated).")
         else:
             verdict = "✓ **Greedy check passed:** every method produced exactly the autoregressive text."
     elif greedy:
