@@ -55,19 +55,34 @@ def _lane_html(order, lanes) -> str:
     return '<div class="sq-lanes">' + "".join(rows) + "</div>"
 
 
-def _agrees_with_ar(ev, ar) -> bool:
-    """At T = 0 every lane must produce the autoregressive text; when a Stop ended either lane
-    early, on what both generated (a stopped lane is a prefix of its whole text)."""
-    if "stopped" in (ev.finish_reason, ar.finish_reason):
-        n = min(len(ev.token_ids), len(ar.token_ids))
-        return ev.token_ids[:n] == ar.token_ids[:n]
-    return ev.token_ids == ar.token_ids
+def _partial(ev) -> bool:
+    """Whether a lane's text so far is only a prefix of its whole text: still going, or stopped."""
+    return not ev.done or ev.finish_reason == "stopped"
+
+
+def _agrees_with_ar(ev, ar) -> bool | None:
+    """At T = 0 every lane must produce the autoregressive text. Where either lane is partial
+    (_partial), on what both generated, and a partial lane may not run past where the other ended on
+    its own (its EOS, max new tokens or the context: both lanes share those). None when that leaves
+    nothing to compare (stopped before a token)."""
+    if not (_partial(ev) or _partial(ar)):
+        return ev.token_ids == ar.token_ids
+    if (not _partial(ar) and len(ev.token_ids) > len(ar.token_ids)) or (
+            not _partial(ev) and len(ar.token_ids) > len(ev.token_ids)):
+        return False
+    n = min(len(ev.token_ids), len(ar.token_ids))
+    return ev.token_ids[:n] == ar.token_ids[:n] if n else None
 
 
 def _same_text_cell(ev, ar) -> str:
-    if not _agrees_with_ar(ev, ar):
+    same = _agrees_with_ar(ev, ar)
+    if same is None:
+        return "— (nothing to compare yet)"
+    if not same:
         return "✗ differs"
-    return "✓ same so far (stopped)" if "stopped" in (ev.finish_reason, ar.finish_reason) else "✓ identical"
+    if not (_partial(ev) or _partial(ar)):
+        return "✓ identical"
+    return "✓ same so far (stopped)" if "stopped" in (ev.finish_reason, ar.finish_reason) else "✓ same so far"
 
 
 def _table(order, lanes, greedy: bool):
@@ -233,8 +248,12 @@ def _summary(order, lanes, greedy: bool) -> dict:
     identical = None
     verdict = ""
     stopped = any(x["finish_reason"] == "stopped" for x in out)
-    if greedy and ar is not None:
-        identical = all(x["same_as_autoregressive"] for x in out)
+    compared = [x["same_as_autoregressive"] for x in out if x["same_as_autoregressive"] is not None]
+    if greedy and ar is not None and not compared:
+        verdict = ("■ **Stopped before there was text to compare** (the greedy check needs tokens from the "
+                   "autoregressive lane and another).")
+    elif greedy and ar is not None:
+        identical = all(compared)
         if not identical:
             verdict = ("✗ **Greedy check failed:** some text differs from autoregressive"
                        + (" within what both generated" if stopped else "") + " — that is a bug.")

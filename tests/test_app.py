@@ -413,3 +413,19 @@ def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     assert _table([ar, chain], wrong, True)["data"][1][-1] == "✗ differs"
     finished = {ar: lane([1, 2, 3], "max_new_tokens"), chain: lane([1, 2, 3, 4], "max_new_tokens")}
     assert _summary([ar, chain], finished, greedy=True)["identical"] is False   # whole texts when neither stopped
+    # a lane that ended on its own (EOS) bounds the other: a stopped lane past it ran past the EOS
+    for ended, going in (([1, 2, 3], [1, 2, 3, 4]), ([1, 2, 3, 4], [1, 2, 3])):
+        for ar_lane, other in ((lane(ended, "eos"), lane(going, "stopped")),
+                               (lane(going, "stopped"), lane(ended, "eos"))):
+            same = _summary([ar, chain], {ar: ar_lane, chain: other}, greedy=True)["identical"]
+            assert same is (len(going) <= len(ended)), (ended, going, ar_lane["last"].finish_reason)
+    # the autoregressive lane longer than a stopped lane, and nothing generated at all
+    assert _summary([ar, chain], {ar: lane([1, 2, 3, 4], "stopped"), chain: lane([1, 2], "stopped")},
+                    greedy=True)["identical"] is True
+    nothing = {ar: lane([], "stopped"), chain: lane([], "stopped")}
+    assert _summary([ar, chain], nothing, greedy=True)["identical"] is None
+    assert _table([ar, chain], nothing, True)["data"][1][-1].startswith("— ")
+    # mid-race: the autoregressive lane has ended, another is still going (it said "✗ differs")
+    going = {ar: lane([1, 2, 3, 4], "eos"), chain: lane([1, 2], None)}
+    going[chain]["last"].done = False
+    assert _table([ar, chain], going, True)["data"][1][-1] == "✓ same so far"

@@ -800,7 +800,8 @@ def test_a_tabs_stop_leaves_another_tabs_run_going(served, client, jobs):
         assert running.state == "running"
         assert "stopping" in client.predict(api_name="/stop_race")
         assert running.stop_requested and wait_for(lambda: running.done, 30)
-        assert race.result(timeout=30)[0] == "■ Race stopped."   # it said "✓ Race finished."
+        out = race.result(timeout=30)   # it said "✓ Race finished." for a stopped race
+        assert (out[0] == "■ Race stopped.") == any(lane["finish_reason"] == "stopped" for lane in out[-1]["lanes"])
     finally:
         race.cancel()
 
@@ -873,4 +874,5 @@ def test_a_stop_landing_as_a_run_starts_stops_it(served, client, jobs, monkeypat
     out = client.predict("def g(y):", ["ar"], 8, 4, 0, 1, 8000, 0, 0, api_name="/race")
     race = next(j for j in jobs if j.name == "race")
     assert replies == ["Nothing is running in this tab."] and race.stop_requested   # (the reply cannot know)
-    assert out[0] == "■ Race stopped." and [lane["finish_reason"] for lane in out[-1]["lanes"]] == ["stopped"]
+    # stopped as it ran, or (the worker slow to take it) before it started
+    assert out[0] == "■ Race stopped." and [lane["finish_reason"] for lane in out[-1]["lanes"]] in (["stopped"], [])
