@@ -546,6 +546,17 @@ def waiting_words(took_back: list[str]) -> str:
     return f"{names} waiting for the model will not start"
 
 
+def stop_reply_with(stopping: str, nothing: str, took_back: list[str]) -> str:
+    """A Stop's reply: `stopping` when it stopped its tab's run (and what it took back, in
+    brackets), else what it took back, else `nothing`."""
+    if stopping:
+        return stopping + (f" ({waiting_words(took_back)})" if took_back else "")
+    if took_back:
+        words = waiting_words(took_back)
+        return f"■ {words[0].upper()}{words[1:]}."
+    return nothing
+
+
 def stop_if_taken_back(ctx: AppContext, request: gr.Request, tab: str, job) -> None:
     """Called by each run's handler once its job is stored where its tab's Stop finds it: a Stop
     that came after the handler's first look (taken_back) but before the job was stored found
@@ -558,14 +569,9 @@ def stop_reply(stopped: str | None, tab: str, took_back: list[str] = ()) -> str:
     """What a tab's Stop says (Session.stop_tab): its own run ends after the current step (its last
     line follows), its runs waiting for the model will not start, and another tab's job is left
     going (the reply says where its Stop is)."""
-    waits = waiting_words(took_back)
-    if stopped == tab:
-        return "■ stopping after the current step…" + (f" ({waits})" if took_back else "")
-    if took_back:
-        return f"■ {waits[0].upper()}{waits[1:]}."
-    if stopped is None:
-        return "Nothing is running in this tab."
-    return f"Nothing is running in this tab; {GOES_ON.get(stopped, 'another job goes on')}."
+    nothing = ("Nothing is running in this tab." if stopped is None else
+               f"Nothing is running in this tab; {GOES_ON.get(stopped, 'another job goes on')}.")
+    return stop_reply_with("■ stopping after the current step…" if stopped == tab else "", nothing, took_back)
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

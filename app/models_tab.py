@@ -9,7 +9,7 @@ import gradio as gr
 
 from app import render, waiting
 from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back,
-                      take_back_waiting, taken_back, waiting_words)
+                      stop_reply_with, take_back_waiting, taken_back)
 from app.state import AppContext
 from engine.check import CheckConfig
 from engine.errors import UserError
@@ -339,14 +339,11 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     def stop_check(request: gr.Request):
         took_back = take_back_waiting(ctx, request, "models")
         job = ctx.sessions.get(request).check_job
-        if job is not None and not job.done:   # the slot holds checks only
+        going = job is not None and not job.done   # the slot holds checks only
+        if going:
             job.stop()
-            return "■ stopping the check after the current step…" + (
-                f" ({waiting_words(took_back)})" if took_back else "")
-        if took_back:
-            words = waiting_words(took_back)
-            return f"■ {words[0].upper()}{words[1:]}."
-        return "No check is running in this tab."
+        return stop_reply_with("■ stopping the check after the current step…" if going else "",
+                               "No check is running in this tab.", took_back)
 
     controls = [c[k] for c in (sampling_controls or []) for k in ("temperature", "top_k", "top_p") if k in c]
 

@@ -216,8 +216,7 @@ def build(ctx: AppContext) -> dict:
                 job.stop()
         summary = _summary(order, lanes, greedy)
         # a Stop ends every lane with finish reason "stopped" (each lane's last event is done then too)
-        done_all = all(lanes[lane].get("last") is not None and lanes[lane]["last"].done
-                       and lanes[lane]["last"].finish_reason != "stopped" for lane in order)
+        done_all = all(lanes[lane].get("last") is not None and not _partial(lanes[lane]["last"]) for lane in order)
         stopped = job.state == "stopped" or not done_all
         yield {status: sess.run_ended("race", "■ Race stopped." if stopped else "✓ Race finished."),
                lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),

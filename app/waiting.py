@@ -26,23 +26,22 @@ def event_ids(runs: dict) -> dict:
 def waiting(blocks, session_hash: str | None, fn_ids) -> dict[str, int]:
     """{event id: function id} for this page's events of these functions that wait in Gradio's
     queue (not started)."""
-    try:
-        queues = list(blocks._queue.event_queue_per_concurrency_id.values())
-        return {event._id: event.fn._id for q in queues for event in list(q.queue)
-                if event.session_hash == session_hash and event.fn._id in fn_ids}
-    except (AttributeError, TypeError) as exc:
-        log.debug("Gradio's queue not read: %r", exc)
-        return {}
+    return _of_page(lambda: [list(q.queue) for q in list(blocks._queue.event_queue_per_concurrency_id.values())],
+                    session_hash, fn_ids)
 
 
 def started(blocks, session_hash: str | None, fn_ids) -> dict[str, int]:
     """{event id: function id} for this page's events of these functions that Gradio has taken out
     of its queue and runs now (a handler finds its own event here: the model group runs one at a
     time)."""
+    return _of_page(lambda: [events for events in list(blocks._queue.active_jobs) if events], session_hash, fn_ids)
+
+
+def _of_page(event_lists, session_hash: str | None, fn_ids) -> dict[str, int]:
+    """The events of this page and these functions among `event_lists()` (Gradio's lists of Events)."""
     try:
-        jobs = [events for events in list(blocks._queue.active_jobs) if events]
-        return {event._id: event.fn._id for events in jobs for event in events
+        return {event._id: event.fn._id for events in event_lists() for event in events
                 if event.session_hash == session_hash and event.fn._id in fn_ids}
     except (AttributeError, TypeError) as exc:
-        log.debug("Gradio's running events not read: %r", exc)
+        log.debug("Gradio's queue not read: %r", exc)
         return {}
