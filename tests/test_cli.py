@@ -238,3 +238,19 @@ def test_bench_lanes_can_leave_out_chains_and_specinfer():
     assert config.chain_depths == () and config.specinfer == ()
     config = config_from_args(parser.parse_args(["bench", "--chain-depths", "3,5"]))
     assert config.chain_depths == (3, 5) and config.specinfer == ((2, 4), (5, 4))
+
+
+def test_profile_writes_out_and_refuses_a_synthetic_only_flag(dirs, tmp_path, capsys):
+    """`profile --out FILE` for a pair wrote nothing (the flag belonged to --synthetic) and exited 0;
+    --acceptance, which only a synthetic profile reads, was ignored the same way."""
+    draft, target = dirs
+    out = tmp_path / "sub" / "profile.json"
+    code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--max-budget", "2",
+                           "--repeats", "1", "--prefix", "8", "--out", out)
+    assert code == 0, err
+    written = json.loads(out.read_text())
+    assert sorted(written["target_seconds"]) == ["1", "2"] and written["repeats"] == 1
+    code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--acceptance", "0.8,0.1")
+    assert code == 2 and "--acceptance goes with --synthetic" in err, err
+    code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--out", tmp_path)
+    assert code == 2 and "cannot write --out" in err, err

@@ -2,8 +2,13 @@
 forward cost per width on this device (ALGORITHM.md §4)."""
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 from engine.commands import synthetic
 from engine.commands.common import add_pair_args, pair_from_args, print_json
+from engine.errors import UserError
 from engine.profiler import drop_page_cache, profile_device, save_profile
 
 
@@ -25,6 +30,11 @@ def register(sub) -> None:
 def run(args) -> int:
     if args.synthetic:
         return synthetic.run(args)
+    if args.acceptance:
+        # a pair's own plans come from its measured acceptance: `python -m engine plan`
+        raise UserError("--acceptance goes with --synthetic (random-weight models); for a model pair, "
+                        "`python -m engine plan` plans from its measured acceptance")
+    out = _writable(args.out)
     pair = pair_from_args(args)
     before = drop_page_cache if args.drop_page_cache else None
     if before is not None:
@@ -32,12 +42,18 @@ def run(args) -> int:
     prof = profile_device(pair, max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats,
                           before_target_forward=before)
     prof.source = str(save_profile(pair, prof))
+    if out is not None:  # a copy to keep beside a benchmark; plans read the cached one
+        try:
+            out.write_text(json.dumps(prof.to_dict(), indent=1) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write --out {out}: {exc.strerror} (the profile is cached at "
+                            f"{prof.source})") from None
     if args.json:
         print_json(prof.to_dict())
         return 0
     t1, d1 = prof.target_seconds[1], prof.draft_seconds[1]
     print(f"{pair.target_name} on {prof.device} ({prof.dtype}), prefix {prof.prefix_tokens} tokens, "
-          f"median of {prof.repeats}; cached at {prof.source}")
+          f"median of {prof.repeats}; cached at {prof.source}" + (f", written to {out}" if out else ""))
     print("  n    target ms   t(n)/t(1)   draft ms (width n)")
     for n in sorted(prof.target_seconds):
         d = prof.draft_seconds.get(n)
@@ -45,3 +61,19 @@ def run(args) -> int:
               f"{'' if d is None else f'{d * 1e3:9.2f}'}")
     print(f"  draft/target cost ratio c = {d1 / t1:.3f}; per-step overhead {prof.overhead_seconds * 1e3:.2f} ms")
     return 0
+
+
+def _writable(path: str | None) -> Path | None:
+    """--out checked before minutes of timing, not after (nothing is written until the profile is)."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"cannot write --out {path}: it is a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write --out {path}: {exc.strerror}") from None
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UserError(f"cannot write --out {path}: permission denied")
+    return out

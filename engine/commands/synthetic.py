@@ -22,8 +22,9 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--acceptance", default=None,
                    help="comma-separated P(rank 1), P(rank 2), ...: also report the hardware-aware (n, d)")
     g.add_argument("--out", default=None, metavar="OUT.json",
-                   help="where to write the synthetic profile (a .png plot is written next to it); "
-                        "default bench/profile-synthetic-<draft>-<target>-<device>.json")
+                   help="where to write the profile as JSON: a synthetic one (a .png plot is written next "
+                        "to it; default bench/profile-synthetic-<draft>-<target>-<device>.json) or a pair's "
+                        "(a copy: plans read the one cached for the pair)")
 
 
 def default_out(report: dict) -> Path:
