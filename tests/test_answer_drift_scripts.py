@@ -310,3 +310,21 @@ def test_the_learning_checks_bias_reading_matches_the_committed_output(capsys):
     assert len(checks) == 11   # the committed checks, the Xeon's with the fixed sampler (2026-12-05) the eleventh
     assert bias.main(*checks) == 0
     assert capsys.readouterr().out == (ROOT / "bench" / "learning-check-bias.txt").read_text()
+
+
+def test_depth_survival_compares_each_level_with_the_positional_model(tmp_path, capsys):
+    """bench/depth_survival.py: a 3-level chain at P(rank 1) = 0.5 reaches levels 1..3 with
+    1, 0.5, 0.25 under the model; four steps yielding 1, 2, 3, 3 reach them with 1, 0.75, 0.5."""
+    survival = _script("depth_survival")
+    run = {"method": "chain", "key": "chain d=3", "nodes": 3, "depth": 3, "temperature": 0.0, "prompt": 0,
+           "acceptance_domain": "code", "step_yields": [1, 2, 3, 3], "predicted_tokens_per_step": 1.75}
+    report = {"acceptance": {"0": {"probabilities": [0.5], "per_prompt": {}}}, "config": {"max_depth": 4},
+              "runs": [run]}
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report))
+    assert survival.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "observed 2.25, predicted 1.75 (+28.6 %)" in out and "tree differs" not in out, out
+    assert "observed  1.00 0.75 0.50" in out and "predicted 1.00 0.50 0.25" in out, out
+    assert "observed  0.75 0.67" in out and "predicted 0.50 0.50" in out, out
+    assert "own rank-1 rate 0.714 (the vector's 0.500)" in out, out  # 5 accepted, 2 misses

@@ -240,10 +240,11 @@ def test_bench_lanes_can_leave_out_chains_and_specinfer():
     assert config.chain_depths == (3, 5) and config.specinfer == ((2, 4), (5, 4))
 
 
-def test_profile_writes_out_and_refuses_a_synthetic_only_flag(dirs, tmp_path, capsys):
+def test_profile_writes_out_and_refuses_a_synthetic_only_flag(dirs, tmp_path, capsys, monkeypatch):
     """`profile --out FILE` for a pair wrote nothing (the flag belonged to --synthetic) and exited 0;
     --acceptance, which only a synthetic profile reads, was ignored the same way."""
     draft, target = dirs
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path / "cache"))  # this 2-size profile stays out of the shared cache
     out = tmp_path / "sub" / "profile.json"
     code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--max-budget", "2",
                            "--repeats", "1", "--prefix", "8", "--out", out)

@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.commands import synthetic
 from engine.commands.common import add_pair_args, pair_from_args, print_json
 from engine.errors import UserError
+from engine.paths import write_atomic
 from engine.profiler import drop_page_cache, profile_device, save_profile
 
 
@@ -44,7 +45,7 @@ def run(args) -> int:
     prof.source = str(save_profile(pair, prof))
     if out is not None:  # a copy to keep beside a benchmark; plans read the cached one
         try:
-            out.write_text(json.dumps(prof.to_dict(), indent=1) + "\n", encoding="utf-8")
+            write_atomic(out, json.dumps(prof.to_dict(), indent=1) + "\n")
         except OSError as exc:
             raise UserError(f"cannot write --out {out}: {exc.strerror} (the profile is cached at "
                             f"{prof.source})") from None
@@ -64,7 +65,8 @@ def run(args) -> int:
 
 
 def _writable(path: str | None) -> Path | None:
-    """--out checked before minutes of timing, not after (nothing is written until the profile is)."""
+    """--out checked before minutes of timing, not after (only a missing folder is made before the profile
+    is written)."""
     if path is None:
         return None
     out = Path(path)
@@ -75,5 +77,5 @@ def _writable(path: str | None) -> Path | None:
     except OSError as exc:
         raise UserError(f"cannot write --out {path}: {exc.strerror}") from None
     if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise UserError(f"cannot write --out {path}: permission denied")
+        raise UserError(f"cannot write --out {path}: Permission denied")
     return out
