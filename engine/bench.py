@@ -478,7 +478,8 @@ def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature
     profile alone (`*_profile`)."""
     if spec.predicted_tokens_per_step is None:
         return {}
-    out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain}
+    out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain,
+           "predicted_tokens_per_step_range": rank1_range(spec.tree, vec)}
     if prof is not None:
         sampling = temperature > 0
         corrected = predict(spec.tree, vec.probabilities, costs, sampling)
@@ -487,6 +488,17 @@ def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature
                                                                sampling).tokens_per_second,
                    cost_model_observed_steps=behind)
     return out
+
+
+def rank1_range(tree: Tree, vec) -> list[float] | None:
+    """F(tree) with the vector's rank-1 rate at either edge of its 95 % interval (the other ranks as
+    measured): how far the vector's own uncertainty alone moves a prediction. Rank 1 carries most
+    of F, and more the deeper the tree (at 14 levels +-0.017 moves a chain's F by -8 ... +9 %)."""
+    ci = list(getattr(vec, "ci95", None) or [])
+    if not ci or not vec.probabilities:
+        return None
+    p1, half = vec.probabilities[0], ci[0]
+    return [tree.expected_tokens([min(max(v, 0.0), 1.0)] + list(vec.probabilities[1:])) for v in (p1 - half, p1 + half)]
 
 
 def _speed_prediction_pooled(rs: list[dict]) -> dict:
@@ -513,6 +525,15 @@ def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
     per_step = sum(yields) / sum(y / p for y, p in zip(yields, preds)) if sum(yields) else None
     speeds = [r.get("predicted_tokens_per_second") for r in rs]
     return per_step, (statistics.median(speeds) if all(speeds) else None)
+
+
+def _predicted_range(rs: list[dict]) -> list[float] | None:
+    """The runs' rank1_range pooled as _predicted pools their predictions (yields over predicted steps)."""
+    ranges = [r.get("predicted_tokens_per_step_range") for r in rs]
+    yields = [r.get("step_tokens", r["tokens"]) for r in rs]
+    if not rs or not all(ranges) or not sum(yields):
+        return None
+    return [sum(yields) / sum(y / r[i] for y, r in zip(yields, ranges)) for i in (0, 1)]
 
 
 def _auto_label(nodes: int, depth: int) -> str:
@@ -615,7 +636,10 @@ DEFINITIONS = {
     "other_seconds": "decode wall time minus draft and verify: walk, KV commit, bookkeeping, text decoding",
     "predicted_tokens_per_step": "F(tree) under the positional acceptance model, per run from the vector of the "
                                  "prompt's domain where code and prose differ (else pooled), pooled over runs as "
-                                 "yields / predicted steps; *_pooled_vector: from the pooled vector alone",
+                                 "yields / predicted steps; *_pooled_vector: from the pooled vector alone; "
+                                 "*_range: the same with the vector's rank-1 rate at either edge of its 95 % "
+                                 "interval (the other ranks as measured), what the vector's own uncertainty "
+                                 "allows, wider the deeper the tree",
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
                                    "device profile corrected by the step costs this bench's warm-up and its runs on "
                                    "earlier prompts observed (engine/observed.py, as the app's planner corrects it; "
@@ -722,6 +746,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                 "predicted_tokens_per_second_profile": _median([r.get("predicted_tokens_per_second_profile")
                                                                 for r in rs]),
                 "predicted_tokens_per_step_pooled_vector": s.predicted_tokens_per_step,
+                "predicted_tokens_per_step_range": _predicted_range(rs),
                 "predicted_speedup": _median([r.get("predicted_speedup") for r in rs]) or s.predicted_speedup,
                 "draft_seconds": draft, "verify_seconds": verify, "other_seconds": other,
                 "engine_other_seconds": sum(r["engine_other_seconds"] for r in rs),

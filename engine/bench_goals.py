@@ -61,7 +61,8 @@ def evaluate_goals(results: list[dict]) -> list[dict]:
                 goals.append({"goal": f"T={t:g}: {r['label']} predicted tokens/step within 10 % of observed",
                               "measured": err, "target": 0.10, "met": abs(err) <= 0.10,
                               "detail": f"observed {r['tokens_per_step']:.2f}{inside}, "
-                                        f"predicted {r['predicted_tokens_per_step']:.2f}"})
+                                        f"predicted {r['predicted_tokens_per_step']:.2f}"
+                                        f"{_vector_range(r.get('predicted_tokens_per_step_range'))}"})
         seq = by(t, "sequoia")  # the fixed trees of the sweep (the hardware-aware lane is judged against them)
         auto = by(t, "sequoia-auto")
         if auto and seq:
@@ -193,6 +194,11 @@ def loaded_pair_goals(pair: ModelPair, prof) -> list[dict]:
 
 def _where(value: float, span: list[float]) -> str:
     return "inside" if span[0] <= value <= span[1] else "outside"
+
+
+def _vector_range(span: list[float] | None) -> str:
+    """How far the vector's rank-1 interval alone moves the prediction (engine/bench.py rank1_range)."""
+    return f" ({span[0]:.2f}-{span[1]:.2f} with rank 1 at the edges of its 95 % interval)" if span else ""
 
 
 def _by_answer(value: float, span: list[float] | None) -> str:

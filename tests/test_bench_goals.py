@@ -77,3 +77,24 @@ def test_regoal_rejudges_a_saved_report():
     line = next(x for x in out.splitlines() if x.startswith("[met] T=0: hardware-aware choice within 5 %"))
     assert "vs best sequoia n=8 d=8: per prompt 0.95, 0.85, 1.01, 0.77, 1.26, 1.26" in line
     assert "medians over prompts 6.28 vs 7.36" in line
+
+
+def test_a_prediction_says_how_far_the_vectors_rank1_interval_moves_it():
+    """The range rank 1's 95 % interval allows (engine/bench.py rank1_range): a 3-level chain at
+    P(rank 1) = 0.8 +- 0.1 predicts 1 + p + p^2, 2.44 as measured, 2.19 and 2.71 at the edges;
+    pooled over runs as the predictions are (yields over predicted steps); named in the goal line."""
+    from types import SimpleNamespace
+
+    from engine import bench
+    from engine.tree import Tree
+    low, high = bench.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8, 0.1], ci95=[0.1, 0.05]))
+    assert (round(low, 4), round(high, 4)) == (2.19, 2.71)
+    assert bench.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8], ci95=[])) is None
+    runs = [{"tokens": 30, "step_tokens": 30, "predicted_tokens_per_step_range": [2.0, 3.0]},
+            {"tokens": 60, "step_tokens": 60, "predicted_tokens_per_step_range": [4.0, 6.0]}]
+    assert bench._predicted_range(runs) == pytest.approx([90 / (30 / 2 + 60 / 4), 90 / (30 / 3 + 60 / 6)])
+    assert bench._predicted_range(runs[:1] + [{"tokens": 5}]) is None
+    seq = row("sequoia", "sequoia n=3 d=3", [10.0], predicted_tokens_per_step=2.44,
+              predicted_tokens_per_step_range=[low, high], steps=20)
+    line = goal(bench_goals.evaluate_goals([seq]), "T=0: sequoia n=3 d=3 predicted tokens/step")
+    assert "(2.19-2.71 with rank 1 at the edges of its 95 % interval)" in line["detail"], line["detail"]
