@@ -1,5 +1,6 @@
 """Chains simulated along recorded answers, steps restarting after each miss, against the
-positional model (one rank-1 rate for every level).
+positional model (one rank-1 rate for every level). D counts drafted tokens per step (a chain of
+`Tree.depth` D + 1 with its root).
 
 Each answer of an acceptance-dynamics file gives, per position, the draft's rank-1 outcome (`ranks`:
 1 = hit, at T = 0) or its probability (`rank1_accept`, at T > 0). A chain of D levels steps along
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
             for depth in DEPTHS:
                 model = sum(a ** k for k in range(depth + 1))
                 seen = np.mean([mean_yield(s, depth, args.repeats if drawn else 1, rng) for s in seqs])
-                cells.append(f"{depth} levels {100 * (seen / model - 1):+.1f} %")
+                cells.append(f"{depth} drafted {100 * (seen / model - 1):+.1f} %")
             print(f"{Path(file).name} {kind}: {len(seqs)} answers, mean rank-1 rate {a:.3f}; simulated "
                   f"steps against the model: " + ", ".join(cells))
     return 0

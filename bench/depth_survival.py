@@ -1,7 +1,8 @@
 """Where a tree's observed tokens/step part from its prediction: level by level.
 
 For every fixed tree lane (chains and the swept Sequoia trees) of a `python -m engine bench --json`
-report, per temperature and prompt domain: the observed share of steps whose yield reached each
+report, per temperature and the domain of the vector each run was predicted from (code and
+prose stay apart where their vectors differ): the observed share of steps whose yield reached each
 level, P(yield >= k), pooled over the domain's runs, against the positional model's (the domain's
 acceptance vector on the lane's tree: the sum over the tree's nodes at depth k-1 of the product of
 p_rank along their paths), and the per-level continuation P(yield >= k+1) / P(yield >= k). For a

@@ -492,13 +492,21 @@ def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature
 
 def rank1_range(tree: Tree, vec) -> list[float] | None:
     """F(tree) with the vector's rank-1 rate at either edge of its 95 % interval (the other ranks as
-    measured): how far the vector's own uncertainty alone moves a prediction. Rank 1 carries most
+    measured, scaled down where they would no longer fit beside it): how far rank 1's interval alone
+    moves a prediction (a lower bound on the vector's uncertainty). Rank 1 carries most
     of F, and more the deeper the tree (at 14 levels +-0.017 moves a chain's F by -8 ... +9 %)."""
     ci = list(getattr(vec, "ci95", None) or [])
     if not ci or not vec.probabilities:
         return None
-    p1, half = vec.probabilities[0], ci[0]
-    return [tree.expected_tokens([min(max(v, 0.0), 1.0)] + list(vec.probabilities[1:])) for v in (p1 - half, p1 + half)]
+    p1, half, rest = vec.probabilities[0], ci[0], list(vec.probabilities[1:])
+
+    def at(v: float) -> float:
+        v = min(max(v, 0.0), 1.0)
+        # ranks are shares of one position: a higher rank 1 takes its share from the others
+        scale = min(1.0, (1.0 - v) / sum(rest)) if sum(rest) > 0 else 1.0
+        return tree.expected_tokens([v] + [q * scale for q in rest])
+
+    return [at(p1 - half), at(p1 + half)]
 
 
 def _speed_prediction_pooled(rs: list[dict]) -> dict:
@@ -638,8 +646,9 @@ DEFINITIONS = {
                                  "prompt's domain where code and prose differ (else pooled), pooled over runs as "
                                  "yields / predicted steps; *_pooled_vector: from the pooled vector alone; "
                                  "*_range: the same with the vector's rank-1 rate at either edge of its 95 % "
-                                 "interval (the other ranks as measured), what the vector's own uncertainty "
-                                 "allows, wider the deeper the tree",
+                                 "interval (the other ranks as measured, scaled to fit beside it): the range rank "
+                                 "1's interval alone allows, a lower bound on the vector's uncertainty, wider the "
+                                 "deeper the tree",
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
                                    "device profile corrected by the step costs this bench's warm-up and its runs on "
                                    "earlier prompts observed (engine/observed.py, as the app's planner corrects it; "

@@ -90,6 +90,10 @@ def test_a_prediction_says_how_far_the_vectors_rank1_interval_moves_it():
     low, high = bench.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8, 0.1], ci95=[0.1, 0.05]))
     assert (round(low, 4), round(high, 4)) == (2.19, 2.71)
     assert bench.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8], ci95=[])) is None
+    # a vector whose ranks fill the position: raising rank 1 takes from the others, so a star of 7
+    # (at most 2 tokens a step) stays at most 2
+    full = SimpleNamespace(probabilities=[0.7, 0.2, 0.1], ci95=[0.05, 0.04, 0.03])
+    assert bench.rank1_range(Tree.star(7), full)[1] == pytest.approx(2.0)
     runs = [{"tokens": 30, "step_tokens": 30, "predicted_tokens_per_step_range": [2.0, 3.0]},
             {"tokens": 60, "step_tokens": 60, "predicted_tokens_per_step_range": [4.0, 6.0]}]
     assert bench._predicted_range(runs) == pytest.approx([90 / (30 / 2 + 60 / 4), 90 / (30 / 3 + 60 / 6)])
