@@ -789,7 +789,8 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                     "prompts": len(kr), "tokens_per_second": statistics.median(r["tokens_per_second"] for r in kr),
                     "tokens_per_step": (sum(r.get("step_tokens", r["tokens"]) for r in kr)
                                         / max(sum(r["steps"] for r in kr), 1)),
-                    "speedup_vs_ar": _median(ks), "predicted_tokens_per_step": _predicted(kr)[0]}
+                    "speedup_vs_ar": _median(ks), "predicted_tokens_per_step": _predicted(kr)[0],
+                    "predicted_tokens_per_step_range": _predicted_range(kr)}
             results.append(entry)
     return results
 

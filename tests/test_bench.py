@@ -48,6 +48,8 @@ def test_bench_quick_structure(tmp_path):
             assert r["predicted_tokens_per_step"] >= 1
             low, high = r["predicted_tokens_per_step_range"]  # rank 1 at the edges of its interval
             assert low <= r["predicted_tokens_per_step"] <= high, r["label"]
+            for kind in r["by_kind"].values():  # and per kind of prompt
+                assert kind["predicted_tokens_per_step_range"][0] <= kind["predicted_tokens_per_step"]
         if r["method"] == "specinfer":
             assert r["width"] == 2 and r["nodes"] == 2 * (r["depth"] - 1) + 1
         if r["method"] == "ar":

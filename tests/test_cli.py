@@ -242,7 +242,8 @@ def test_bench_lanes_can_leave_out_chains_and_specinfer():
 
 def test_profile_writes_out_and_refuses_a_synthetic_only_flag(dirs, tmp_path, capsys, monkeypatch):
     """`profile --out FILE` for a pair wrote nothing (the flag belonged to --synthetic) and exited 0;
-    --acceptance, which only a synthetic profile reads, was ignored the same way."""
+    --acceptance, --draft-config and --target-config, which only a synthetic profile reads, were
+    ignored the same way."""
     draft, target = dirs
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path / "cache"))  # this 2-size profile stays out of the shared cache
     out = tmp_path / "sub" / "profile.json"
@@ -253,5 +254,8 @@ def test_profile_writes_out_and_refuses_a_synthetic_only_flag(dirs, tmp_path, ca
     assert sorted(written["target_seconds"]) == ["1", "2"] and written["repeats"] == 1
     code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--acceptance", "0.8,0.1")
     assert code == 2 and "--acceptance goes with --synthetic" in err, err
+    code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--draft-config", "1b",
+                           "--target-config", "7b")
+    assert code == 2 and "--draft-config, --target-config go with --synthetic" in err, err
     code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--out", tmp_path)
     assert code == 2 and "cannot write --out" in err, err

@@ -31,10 +31,11 @@ def register(sub) -> None:
 def run(args) -> int:
     if args.synthetic:
         return synthetic.run(args)
-    if args.acceptance:
+    given = [f"--{name.replace('_', '-')}" for name in synthetic.SYNTHETIC_ONLY if getattr(args, name)]
+    if given:
         # a pair's own plans come from its measured acceptance: `python -m engine plan`
-        raise UserError("--acceptance goes with --synthetic (random-weight models); for a model pair, "
-                        "`python -m engine plan` plans from its measured acceptance")
+        raise UserError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --synthetic (random-weight "
+                        "models); for a model pair, `python -m engine plan` plans from its measured acceptance")
     out = _writable(args.out)
     pair = pair_from_args(args)
     before = drop_page_cache if args.drop_page_cache else None

@@ -16,15 +16,22 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("synthetic profile (random-weight models of realistic sizes)")
     g.add_argument("--synthetic", action="store_true",
                    help="profile random-weight models built from --draft-config/--target-config instead of a pair")
-    g.add_argument("--draft-config", default="68m", metavar="SIZE",
-                   help="preset (" + ", ".join(PRESETS) + ") or config.json, optional :key=value overrides")
-    g.add_argument("--target-config", default="7b", metavar="SIZE", help="as --draft-config (default 7b)")
+    # defaults applied in run(), so that a pair's profile can tell these flags were given (and refuse them)
+    g.add_argument("--draft-config", default=None, metavar="SIZE",
+                   help="preset (" + ", ".join(PRESETS) + ") or config.json, optional :key=value overrides "
+                        f"(default {DEFAULT_DRAFT})")
+    g.add_argument("--target-config", default=None, metavar="SIZE",
+                   help=f"as --draft-config (default {DEFAULT_TARGET})")
     g.add_argument("--acceptance", default=None,
                    help="comma-separated P(rank 1), P(rank 2), ...: also report the hardware-aware (n, d)")
     g.add_argument("--out", default=None, metavar="OUT.json",
                    help="where to write the profile as JSON: a synthetic one (a .png plot is written next "
                         "to it; default bench/profile-synthetic-<draft>-<target>-<device>.json) or a pair's "
                         "(a copy: plans read the one cached for the pair)")
+
+
+DEFAULT_DRAFT, DEFAULT_TARGET = "68m", "7b"
+SYNTHETIC_ONLY = ("acceptance", "draft_config", "target_config")  # flags only a synthetic profile reads
 
 
 def default_out(report: dict) -> Path:
@@ -40,7 +47,8 @@ def run(args) -> int:
         acceptance = parse_acceptance(args.acceptance)
     if args.max_budget < 1 or args.repeats < 1 or args.prefix < 1:
         raise UserError("--max-budget, --repeats and --prefix must be at least 1")
-    report = synthetic_profile(args.draft_config, args.target_config, args.device, args.dtype,
+    report = synthetic_profile(args.draft_config or DEFAULT_DRAFT, args.target_config or DEFAULT_TARGET,
+                               args.device, args.dtype,
                                max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats,
                                acceptance=acceptance)
     out = Path(args.out) if args.out else default_out(report)
