@@ -10,8 +10,8 @@ chain, also the rank-1 rate its own steps saw and the model at that rate: a vect
 off moves a deep tree's prediction more than a shallow one's (at 12 levels a rate 0.889 instead of
 0.865 is +11.6 %, at 4 levels +3.7 %), while a rate that changes with the level changes the shape.
 
-The lanes' trees are planned again from the report's pooled vector as `bench` planned them
-(engine/bench.py); each is checked against the runs' own predicted tokens/step.
+The lanes' trees are the report's own (a chain, or the `parents` of the lane's results row); each
+is checked against the runs' own predicted tokens/step.
 
     python bench/depth_survival.py bench/results-cpu-sampler-fix.json [--methods sequoia,chain]
 """
@@ -25,26 +25,23 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from engine.planner import PlanTable  # noqa: E402
 from engine.tree import Tree  # noqa: E402
 
 
 def reached_by_level(tree: Tree, p: list[float]) -> list[float]:
     """P(the accepted path reaches level m), m = 0 (the root) .. depth - 1: P(yield >= m + 1) under
     the model (`Tree.depth` counts the root's level)."""
-    value = [1.0] * tree.size
-    for i in range(1, tree.size):
-        r = tree.rank[i]
-        value[i] = value[tree.parents[i]] * (p[r - 1] if r <= len(p) else 0.0)
+    value = tree.reach_probabilities(p)
     return [sum(v for v, d in zip(value, tree.depth_of) if d == m) for m in range(tree.depth)]
 
 
-def lane_tree(report: dict, run: dict, temperature_key: str) -> Tree:
+def lane_tree(report: dict, run: dict) -> Tree:
+    """The tree the lane ran: a chain's, or the one its results row records (`parents`)."""
     if run["method"] == "chain":
         return Tree.chain(run["depth"])
-    pooled = report["acceptance"][temperature_key]["probabilities"]
-    depth = report["config"]["max_depth"] if run["nodes"] > 1 else 1
-    return PlanTable.build(pooled, run["nodes"], depth).tree(run["nodes"], depth)
+    row = next(r for r in report["results"] if r["method"] == run["method"]
+               and r["temperature"] == run["temperature"] and r["nodes"] == run["nodes"])
+    return Tree(tuple(row["parents"]))
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +72,7 @@ def main(argv=None) -> int:
             groups.setdefault((run["temperature"], run["method"], run["nodes"], run["acceptance_domain"]), []).append(run)
     for (temperature, method, nodes, domain), runs in sorted(groups.items()):
         tkey = "0" if temperature == 0 else str(temperature)
-        tree = lane_tree(report, runs[0], tkey)
+        tree = lane_tree(report, runs[0])
         p = domain_vector(report, tkey, runs[0]["prompt"])
         model = reached_by_level(tree, p)
         check = max(abs(sum(model) - r["predicted_tokens_per_step"]) for r in runs)

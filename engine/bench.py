@@ -529,19 +529,23 @@ def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
     preds = [r.get("predicted_tokens_per_step") for r in rs]
     if not rs or not all(preds):
         return None, None
-    yields = [r.get("step_tokens", r["tokens"]) for r in rs]
-    per_step = sum(yields) / sum(y / p for y, p in zip(yields, preds)) if sum(yields) else None
     speeds = [r.get("predicted_tokens_per_second") for r in rs]
-    return per_step, (statistics.median(speeds) if all(speeds) else None)
+    return _pooled_per_step(rs, preds), (statistics.median(speeds) if all(speeds) else None)
+
+
+def _pooled_per_step(rs: list[dict], per_run: list[float]) -> float | None:
+    """Runs' predicted tokens/step pooled as observed ones are: all yields over all predicted steps."""
+    yields = [r.get("step_tokens", r["tokens"]) for r in rs]
+    return sum(yields) / sum(y / p for y, p in zip(yields, per_run)) if sum(yields) else None
 
 
 def _predicted_range(rs: list[dict]) -> list[float] | None:
-    """The runs' rank1_range pooled as _predicted pools their predictions (yields over predicted steps)."""
+    """The runs' rank1_range pooled as _predicted pools their predictions."""
     ranges = [r.get("predicted_tokens_per_step_range") for r in rs]
-    yields = [r.get("step_tokens", r["tokens"]) for r in rs]
-    if not rs or not all(ranges) or not sum(yields):
+    if not rs or not all(ranges):
         return None
-    return [sum(yields) / sum(y / r[i] for y, r in zip(yields, ranges)) for i in (0, 1)]
+    edges = [_pooled_per_step(rs, [r[i] for r in ranges]) for i in (0, 1)]
+    return None if None in edges else edges
 
 
 def _auto_label(nodes: int, depth: int) -> str:

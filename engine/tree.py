@@ -183,14 +183,19 @@ class Tree:
         keep = [i for i, d in enumerate(self.depth_of) if d < max_depth]
         return Tree(tuple(self.parents[i] for i in keep))
 
-    def expected_tokens(self, acceptance) -> float:
-        """F(tree) = sum over nodes of the product of p_rank along the root path (root = 1)."""
+    def reach_probabilities(self, acceptance) -> list[float]:
+        """Per node, the probability that the accepted path reaches it under the positional model:
+        the product of p_rank along its root path (root = 1)."""
         acc = list(acceptance)
         value = [1.0] * self.size
         for i in range(1, self.size):
             r = self.rank[i]
             value[i] = value[self.parents[i]] * (acc[r - 1] if r <= len(acc) else 0.0)
-        return float(sum(value))
+        return value
+
+    def expected_tokens(self, acceptance) -> float:
+        """F(tree) = sum over nodes of the probability the accepted path reaches them."""
+        return float(sum(self.reach_probabilities(acceptance)))
 
     # ---------- serialisation ----------
     def to_dict(self) -> dict:

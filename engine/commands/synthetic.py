@@ -12,6 +12,10 @@ from engine.planner import parse_acceptance
 from engine.synthetic import PRESETS, plot_profile, synthetic_profile
 
 
+DEFAULT_DRAFT, DEFAULT_TARGET = "68m", "7b"
+SYNTHETIC_ONLY = ("acceptance", "draft_config", "target_config")  # flags only a synthetic profile reads
+
+
 def add_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("synthetic profile (random-weight models of realistic sizes)")
     g.add_argument("--synthetic", action="store_true",
@@ -28,10 +32,6 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                    help="where to write the profile as JSON: a synthetic one (a .png plot is written next "
                         "to it; default bench/profile-synthetic-<draft>-<target>-<device>.json) or a pair's "
                         "(a copy: plans read the one cached for the pair)")
-
-
-DEFAULT_DRAFT, DEFAULT_TARGET = "68m", "7b"
-SYNTHETIC_ONLY = ("acceptance", "draft_config", "target_config")  # flags only a synthetic profile reads
 
 
 def default_out(report: dict) -> Path:
