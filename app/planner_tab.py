@@ -131,7 +131,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[acc_caption] = (f"**{vec.positions} positions** measured over {vec.prompts} prompts "
                                 f"({vec.sampler} sampler, width {vec.width}) in {vec.seconds:.1f} s on "
                                 f"{vec.measured_at} · P(no child accepted) = {vec.none:.3f} · "
-                                f"`{render.short_path(vec.source)}` · bars: ±95 % interval")
+                                f"`{render.short_path(vec.source)}` · {render.interval_words(vec)}")
         else:
             out[acc_chart] = plots.empty_figure(f"No acceptance vector measured at T={T:g}, top-p={top_p:g}", 280)
             out[acc_caption] = "Not measured for these settings yet: press **Measure**."
@@ -160,7 +160,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[acc_chart] = plots.acceptance_figure(plan_vec.probabilities, ci=plan_vec.ci95, height=280,
                                                      title=f"Acceptance vector at T={T:g}, top-p={top_p:g}: "
                                                            f"{plan_vec.domain} prompts (the Live prompt's kind)")
-            out[acc_caption] = f"{render.short_paths_in(result.acceptance_note)} · bars: ±95 % interval"
+            out[acc_caption] = f"{render.short_paths_in(result.acceptance_note)} · {render.interval_words(plan_vec)}"
         if result is not None and plan_vec is not None:
             out[acc_caption] = (out.get(acc_caption, "") + f" · **the current plan is backed by "
                                 f"{result.backing_positions} positions** ({render.backing_detail(result)})")

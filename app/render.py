@@ -168,6 +168,14 @@ def pair_line(info: dict | None, status: dict) -> str:
             f'<div class="sq-status {dot}"><span class="sq-led"></span>{esc(msg)}{err}</div></div>')
 
 
+def interval_words(vec) -> str:
+    """What a vector's ±95 % bars are over (engine/intervals.py): its prompts, each one draw, or
+    only its positions (vectors measured before prompts were recorded; interpolated or learned)."""
+    if getattr(vec, "interval", "positions") == "prompts":
+        return f"bars: ±95 % interval over its {vec.prompts} prompts"
+    return "bars: ±95 % interval over positions (narrower than one over prompts would be)"
+
+
 def plan_line(result, running: bool = False) -> str:
     if result is None:
         return '<div class="sq-plan">No plan yet.</div>'

@@ -493,8 +493,9 @@ def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature
 def rank1_range(tree: Tree, vec) -> list[float] | None:
     """F(tree) with the vector's rank-1 rate at either edge of its 95 % interval (the other ranks as
     measured, scaled down where they would no longer fit beside it): how far rank 1's interval alone
-    moves a prediction (a lower bound on the vector's uncertainty). Rank 1 carries most
-    of F, and more the deeper the tree (at 14 levels +-0.017 moves a chain's F by -8 ... +9 %)."""
+    moves a prediction (a lower bound on the vector's uncertainty: the other ranks' is left out).
+    The interval is over the vector's prompts where it recorded them (engine/intervals.py), else
+    over its positions. Rank 1 carries most of F, and more the deeper the tree."""
     ci = list(getattr(vec, "ci95", None) or [])
     if not ci or not vec.probabilities:
         return None
@@ -650,8 +651,8 @@ DEFINITIONS = {
                                  "prompt's domain where code and prose differ (else pooled), pooled over runs as "
                                  "yields / predicted steps; *_pooled_vector: from the pooled vector alone; "
                                  "*_range: the same with the vector's rank-1 rate at either edge of its 95 % "
-                                 "interval (the other ranks as measured, scaled to fit beside it): the range rank "
-                                 "1's interval alone allows, a lower bound on the vector's uncertainty, wider the "
+                                 "interval (over the vector's prompts where it recorded them, else its positions; the other ranks "
+                                 "as measured, scaled to fit beside it): the range rank 1's interval alone allows, a lower bound on the vector's uncertainty, wider the "
                                  "deeper the tree",
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
                                    "device profile corrected by the step costs this bench's warm-up and its runs on "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 
+from engine import intervals
 from engine.errors import UserError
 
 DOMAINS = ("code", "prose")
@@ -52,16 +53,25 @@ def differ(a, b, ranks: int = 3) -> bool:
 def pooled_vector(parts: list):
     """Vectors of the same settings measured on disjoint prompt sets, pooled position-weighted
     (what one measurement over all their prompts gives), with domain "" (every prompt)."""
-    from engine.profiler import AcceptanceVector, ci95
+    from engine.profiler import AcceptanceVector
     if not parts:
         raise UserError("nothing to pool")
     total = sum(v.positions for v in parts)
     width = min(v.width for v in parts)
     probs = [sum(v.probabilities[k] * v.positions for v in parts) / total for k in range(width)]
-    ci = ci95(probs, total)
+    # the parts' prompts together, when every part recorded its own (else the interval is over positions)
+    recorded = all(_records_its_prompts(v) for v in parts)
+    prompt_counts = [row[:1 + width] + row[-1:] for v in parts for row in v.prompt_counts] if recorded else []
+    ci, basis = intervals.vector_ci(probs, total, prompt_counts)
     first = parts[0]
     return AcceptanceVector(probs, max(0.0, 1.0 - sum(probs)), total, ci, first.draft, first.target,
                             first.sampler, first.temperature, first.top_p, width,
                             sum(v.prompts for v in parts), first.measured_at, sum(v.seconds for v in parts),
                             draft_kernels=first.draft_kernels, top_k=first.top_k, domain="",
-                            method=first.method, machine=first.machine)
+                            method=first.method, machine=first.machine, prompt_counts=prompt_counts, interval=basis)
+
+
+def _records_its_prompts(vec) -> bool:
+    """Whether `vec.prompt_counts` holds every one of its positions (files before it hold none)."""
+    rows = getattr(vec, "prompt_counts", None) or []
+    return bool(rows) and abs(sum(row[0] for row in rows) - vec.positions) < 0.5

@@ -267,8 +267,8 @@ def with_stored(vec, stored: Evidence):
     ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / (PRIOR_WEIGHT + (stored.trials[k] if k < len(stored.trials)
                                                                      else 0.0)))
           for k, p in enumerate(probs)]
-    return replace(vec, probabilities=probs, none=max(0.0, 1.0 - sum(probs)), ci95=ci,
-                   positions=int(vec.positions + n),
+    return replace(vec, probabilities=probs, none=max(0.0, 1.0 - sum(probs)), ci95=ci, prompt_counts=[],
+                   interval="positions", positions=int(vec.positions + n),
                    source=f"{vec.source} + learned from {int(n)} positions over {stored.runs} runs")
 
 

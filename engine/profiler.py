@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import os
 import platform
 import statistics
@@ -18,7 +17,7 @@ from typing import Callable
 import torch
 from transformers import DynamicCache
 
-from engine import attention, methods
+from engine import attention, intervals, methods
 from engine import cpu_kernels as cpu_kernels_mod
 from engine.decoding import Decoder, generate
 from engine.errors import UserError
@@ -42,7 +41,7 @@ class AcceptanceVector:
     probabilities: list[float]          # P(rank k accepted), k = 1..W
     none: float                         # P(no child accepted)
     positions: int                      # verification steps observed
-    ci95: list[float]                   # half-width of a 95 % normal interval per rank
+    ci95: list[float]                   # half-width of a 95 % interval per rank (over `interval`)
     draft: str
     target: str
     sampler: str
@@ -58,6 +57,10 @@ class AcceptanceVector:
     domain: str = ""                    # "" = every prompt pooled; or the prompt kind measured ("code", "prose")
     method: str = "star"                # "star" (on-policy star decoding) or "replay" (engine/replay.py)
     machine: dict = field(default_factory=dict)  # where it was measured (machine_description)
+    # per measured prompt [positions, count of rank 1..W, none] (engine/intervals.py); [] in files
+    # measured before prompts were recorded, and in interpolated or learned vectors
+    prompt_counts: list = field(default_factory=list)
+    interval: str = "positions"         # what ci95 is over: "prompts" (each prompt one draw) or "positions"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,9 +99,7 @@ def acceptance_key(pair: ModelPair, sampler: str, temperature: float, top_p: flo
     return _key(*parts, kernels) if kernels != "default" else _key(*parts)
 
 
-def ci95(probabilities: list[float], positions: int) -> list[float]:
-    """Half-width of a 95 % normal interval per rank, for shares observed over `positions`."""
-    return [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / positions) for p in probabilities]
+ci95 = intervals.binomial   # over positions; a measured vector's own interval: intervals.vector_ci
 
 
 def measurable_width(pair, width: int) -> int:
@@ -122,8 +123,10 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
                         ignore_eos=ignore_eos, top_k=int(top_k or 0))
     method = methods.Method("measure", Tree.star(width), sampler)
     counts, none, start = [0] * width, 0, time.perf_counter()
+    prompt_counts = []
     for i, prompt in enumerate(prompts):
         ids = encode_prompt(pair, prompt, chat)
+        before = [*counts, none]
         for event in generate(pair, ids, method, settings, should_stop=should_stop):
             if event.finish_reason == "stopped":
                 raise Stopped("measurement stopped")
@@ -136,16 +139,19 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
             if progress:
                 progress((i + min(event.total_tokens / tokens_per_prompt, 1)) / len(prompts),
                          f"measuring acceptance: prompt {i + 1}/{len(prompts)}, {sum(counts) + none} positions")
+        own = [a - b for a, b in zip([*counts, none], before)]
+        prompt_counts.append(intervals.prompt_row(own, sum(own)))
     total = sum(counts) + none
     if total == 0:
         raise UserError("no positions measured (prompts ended at once)")
     probs = [c / total for c in counts]
-    ci = ci95(probs, total)
+    ci, basis = intervals.vector_ci(probs, total, prompt_counts)
     return AcceptanceVector(probs, none / total, total, ci, pair.draft_name, pair.target_name,
                             "greedy" if temperature == 0 else sampler, float(temperature),
                             float(top_p), width, len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"),
                             time.perf_counter() - start, draft_kernels=draft_kernels(pair),
-                            top_k=int(top_k or 0) if temperature else 0, machine=machine_description(pair.device))
+                            top_k=int(top_k or 0) if temperature else 0, machine=machine_description(pair.device),
+                            prompt_counts=prompt_counts, interval=basis)
 
 
 def cached_acceptance(pair: ModelPair, temperature: float, top_p: float = 1.0, sampler: str = "sequoia",

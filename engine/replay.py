@@ -28,12 +28,11 @@ from typing import Callable
 
 import torch
 
-from engine import attention, methods, sampling
+from engine import attention, intervals, methods, sampling
 from engine.decoding import fit_vocab, generate_ids, make_generator
 from engine.errors import UserError
 from engine.models import ModelPair, encode_prompt
-from engine.profiler import (AcceptanceVector, Progress, Stopped, ci95, draft_kernels, machine_description,
-                             measurable_width)
+from engine.profiler import AcceptanceVector, Progress, Stopped, draft_kernels, machine_description, measurable_width
 from engine.settings import Settings
 
 DECODE_METHOD = methods.chain(4)  # how the answers are decoded: any exact method, a chain is fast on a CPU
@@ -106,6 +105,7 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
     prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
     generator = make_generator(pair.device, seed + 1)  # the replays' draws, apart from the decoding's
     counts, positions, start = [0.0] * (width + 1), 0, time.perf_counter()
+    prompt_counts = []   # each prompt's counts, for the interval over prompts (engine/intervals.py)
     for i, prompt in enumerate(prompts):
         _stop_if_asked(should_stop)
         ids = encode_prompt(pair, prompt, chat)
@@ -117,20 +117,24 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
             continue
         # a stop lands between the forwards and between positions too
         p_all, q_all = answer_logits(pair, ids, answer, prob_device, should_stop)
+        own = [0.0] * (width + 1)
         for j in range(len(answer)):
             _stop_if_asked(should_stop)
             for k, share in enumerate(_replay(p_all[j], q_all[j], settings, sampler, width, draws, generator)):
-                counts[k] += share
-            positions += 1
+                own[k] += share
+        counts = [a + b for a, b in zip(counts, own)]
+        positions += len(answer)
+        prompt_counts.append(intervals.prompt_row(own, len(answer)))
         if progress:
             progress((i + 1) / len(prompts), f"replaying acceptance: prompt {i + 1}/{len(prompts)}, "
                                              f"{positions} positions")
     if positions == 0:
         raise UserError("no positions measured (every answer was empty)")
     probs = [c / positions for c in counts[:width]]
-    ci = ci95(probs, positions)
+    ci, basis = intervals.vector_ci(probs, positions, prompt_counts)
     return AcceptanceVector(probs, counts[width] / positions, positions, ci, pair.draft_name, pair.target_name,
                             "greedy" if temperature == 0 else sampler, float(temperature), float(top_p), width,
                             len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter() - start,
                             draft_kernels=draft_kernels(pair), top_k=int(top_k or 0) if temperature else 0,
-                            domain=domain, method="replay", machine=machine_description(pair.device))
+                            domain=domain, method="replay", machine=machine_description(pair.device),
+                            prompt_counts=prompt_counts, interval=basis)

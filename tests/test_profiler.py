@@ -17,6 +17,11 @@ def test_draft_equal_to_target_accepts_rank_one(temperature):
     vec = profiler.measure_acceptance(pair, PROMPTS, temperature, width=4, tokens_per_prompt=16, ignore_eos=True)
     assert vec.positions >= 12  # each step yields 2 tokens here
     assert vec.probabilities[0] > 0.99 and vec.none < 0.01
+    # one row per prompt, [positions, rank 1..4, none], adding up to the vector's counts
+    assert len(vec.prompt_counts) == len(PROMPTS) and vec.interval == "positions"   # 2 prompts: too few for a spread
+    assert sum(row[0] for row in vec.prompt_counts) == vec.positions
+    assert sum(row[1] for row in vec.prompt_counts) == round(vec.probabilities[0] * vec.positions)
+    assert all(row[0] == sum(row[1:]) for row in vec.prompt_counts)
 
 
 def test_vector_is_measured_once_then_cached(tmp_path, monkeypatch):

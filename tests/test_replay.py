@@ -39,18 +39,23 @@ def test_greedy_replay_is_the_rank_of_the_target_argmax_among_the_draft_top_k():
     pair = tiny_pair("llama", chars=SMALL, noise=0.2)
     prompts = LONG_PROMPTS[:4]
     vec = replay.replay_acceptance(pair, prompts, 0.0, width=4, tokens_per_prompt=30)
-    counts, positions = [0] * 5, 0
+    counts, positions, rows = [0] * 5, 0, []
     for ids, answer in _answers(pair, prompts, Settings(temperature=0.0, max_new_tokens=30)):
+        own = [0] * 5
         for j in range(len(answer)):
             ctx = ids + answer[:j]
             best = int(torch.argmax(_logits_at(pair.target, ctx)))
             assert best == answer[j]  # the answer is the target's greedy text
             top = torch.topk(_logits_at(pair.draft, ctx).float(), 4).indices.tolist()
-            counts[top.index(best) if best in top else 4] += 1
-            positions += 1
+            own[top.index(best) if best in top else 4] += 1
+        counts = [a + b for a, b in zip(counts, own)]
+        positions += len(answer)
+        rows.append([len(answer), *own])
     assert vec.positions == positions and vec.method == "replay" and vec.sampler == "greedy"
     assert [round(p * positions) for p in vec.probabilities] == counts[:4]
     assert round(vec.none * positions) == counts[4]
+    # each prompt's own counts are kept (the interval over prompts, engine/intervals.py, rests on them)
+    assert vec.prompt_counts == rows and vec.interval == "prompts"
 
 
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.5, 0.8)])
@@ -122,6 +127,9 @@ def test_the_cli_measures_code_prose_and_pooled_vectors(tmp_path):
         mixed = (code["probabilities"][k] * code["positions"] + prose["probabilities"][k] * prose["positions"])
         assert abs(pooled["probabilities"][k] - mixed / pooled["positions"]) < 1e-12
     assert isinstance(got["domains_differ"], bool)
+    # two prompts a kind: too few for a spread over prompts; the pooled four are enough
+    assert (code["interval"], prose["interval"], pooled["interval"]) == ("positions", "positions", "prompts")
+    assert pooled["prompt_counts"] == code["prompt_counts"] + prose["prompt_counts"] and len(pooled["prompt_counts"]) == 4
     files = list((tmp_path / "cache" / "acceptance").glob("*.json"))
     assert len(files) == 3  # three keys: code, prose and the pooled one (the key older files use)
 
