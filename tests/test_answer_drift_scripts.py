@@ -328,3 +328,32 @@ def test_depth_survival_compares_each_level_with_the_positional_model(tmp_path, 
     assert "observed  1.00 0.75 0.50" in out and "predicted 1.00 0.50 0.25" in out, out
     assert "observed  0.75 0.67" in out and "predicted 0.50 0.50" in out, out
     assert "own rank-1 rate 0.714 (the vector's 0.500)" in out, out  # 5 accepted, 2 misses
+
+
+def test_prediction_ranges_widen_with_an_interval_over_prompts(tmp_path, capsys):
+    """bench/prediction_ranges.py: a 3-level chain whose vector (rank 1 = 0.5 over 4 prompts that
+    differ: 0.2, 0.8, 0.3, 0.7) predicts 1.75 tokens a step; its range over prompts holds the
+    binomial one (a spread of prompts is wider than positions alone), and the observed 2.25 lies
+    inside the wider range only."""
+    ranges = _script("prediction_ranges")
+    from engine import intervals
+    rows = [[100.0, 20.0, 80.0], [100.0, 80.0, 20.0], [100.0, 30.0, 70.0], [100.0, 70.0, 30.0]]
+    ci, basis = intervals.vector_ci([0.5], 400, rows)
+    vec = {"probabilities": [0.5], "none": 0.5, "positions": 400, "ci95": ci, "draft": "d", "target": "t",
+           "sampler": "greedy", "temperature": 0.0, "top_p": 1.0, "width": 1, "prompts": 4, "prompt_counts": rows,
+           "interval": basis}
+    (tmp_path / "vec.json").write_text(json.dumps(vec))
+    run = {"method": "chain", "nodes": 3, "depth": 3, "temperature": 0.0, "prompt": 0, "kind": "code",
+           "step_tokens": 9, "tokens": 9, "steps": 4}
+    report = {"acceptance": {"0": {"source": "/elsewhere/vec.json", "per_prompt": {}}},
+              "results": [{"method": "chain", "label": "chain d=3", "temperature": 0.0, "nodes": 3, "depth": 3}],
+              "runs": [run]}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert ranges.main([str(tmp_path / "report.json"), "--vectors", str(tmp_path),
+                        "--json", str(tmp_path / "out.json")]) == 0
+    got = json.loads((tmp_path / "out.json").read_text())[0]
+    assert got["predicted"] == pytest.approx(1.75) and got["observed"] == pytest.approx(2.25)
+    low, high = got["over_positions"]
+    wide_low, wide_high = got["over_prompts"]
+    assert wide_low < low < 1.75 < high < 2.25 < wide_high, got
+    assert "(OUT)" in capsys.readouterr().out
