@@ -3,14 +3,18 @@ positions (the binomial interval the shipped vectors had) and over prompts (engi
 
 For every fixed Sequoia and chain lane of a `python -m engine bench --json` report, per
 temperature: the observed tokens/step (the report's, truncated last steps counted as the bench
-counts them), the prediction from the acceptance vectors in --vectors (each run's domain file, as
-the report names it: by default the shipped ones of this checkout, which may be newer than the
-report's), and engine.bench.rank1_range with each interval, pooled over runs as the bench pools
+counts them), the prediction from the acceptance vectors in --vectors (each run from its prompt
+kind's vector, as the bench predicts now; by default the shipped ones of this checkout, which may
+be newer than the report's), and engine.bench.rank1_range with each interval, pooled over runs as the bench pools
 predictions. It says whether the observed value lies inside each range. The range is a lower
 bound on what the vector leaves open (only rank 1 moves), and says nothing of how far a bench's
 own few prompts sit from the measurement prompts' mean (the report's interval over answers does).
 
-    python bench/prediction_ranges.py bench/results-cpu-sampler-fix.json
+    python bench/prediction_ranges.py bench/results-cpu-sampler-fix.json [more reports ...]
+
+With several reports it ends with a count per temperature over their lanes (all prompts pooled):
+how many lie within ±10 % of their prediction and inside each range. The range for these prompts
+is the one to judge a run by: the vector's uncertainty plus the spread of so few prompts.
 """
 from __future__ import annotations
 
@@ -29,11 +33,22 @@ from engine.tree import Tree  # noqa: E402
 
 
 def run_vector(report: dict, run: dict, folder: Path) -> AcceptanceVector:
-    """The vector the run was predicted from, read from `folder` by the file name the report names."""
+    """The vector of the run's prompt kind at the report's settings, as the bench predicts now (a
+    code or prose prompt gets its kind's vector): read from `folder`, found beside the file the
+    report names (older reports predicted every run from the pooled one); that file itself where
+    no vector of the run's kind is there."""
     tkey = "0" if run["temperature"] == 0 else str(run["temperature"])
     info = report["acceptance"][tkey]
     source = (info.get("per_prompt") or {}).get(str(run["prompt"]), {}).get("source") or info["source"]
-    return AcceptanceVector(**json.loads((folder / Path(source).name).read_text()))
+    named = json.loads((folder / Path(source).name).read_text())
+    if run.get("kind") in ("code", "prose") and named.get("domain", "") != run["kind"]:
+        same = ("temperature", "top_p", "width", "draft_kernels", "sampler", "draft", "target")
+        for path in sorted(folder.glob("*.json")):
+            other = json.loads(path.read_text())
+            if isinstance(other, dict) and other.get("domain") == run["kind"] and all(other.get(k) == named.get(k) for k in same) and \
+                    (other.get("top_k") or 0) == (named.get("top_k") or 0):
+                return AcceptanceVector(**other)
+    return AcceptanceVector(**named)
 
 
 def lanes(report: dict, methods: set[str]):
@@ -46,15 +61,28 @@ def lanes(report: dict, methods: set[str]):
         yield row, runs, Tree.chain(row["depth"]) if row["method"] == "chain" else Tree(tuple(row["parents"]))
 
 
+def for_these_prompts(vec: AcceptanceVector, prompts: int) -> AcceptanceVector | None:
+    """`vec` with the interval a run of `prompts` prompts like the measured ones can expect around
+    it (intervals.for_new_prompts), or None when it recorded no prompts."""
+    half = intervals.for_new_prompts(vec.prompt_counts, len(vec.probabilities), prompts)
+    return None if half is None else replace(vec, ci95=half)
+
+
 def summary(runs: list[dict], tree: Tree, vectors: list[AcceptanceVector]) -> dict:
-    """Prediction and both ranges over `runs`, each run with its own vector."""
+    """Prediction and the ranges over `runs`, each run with its own vector: rank 1 at the edges of
+    its interval over positions, over prompts, and for as many prompts as the lane ran of that
+    run's kind (the spread a run of so few prompts can expect)."""
     predicted = [tree.expected_tokens(v.probabilities) for v in vectors]
     by_positions = [rank1_range(tree, replace(v, ci95=intervals.binomial(v.probabilities, v.positions)))
                     for v in vectors]
     by_prompts = [rank1_range(tree, v) for v in vectors]
+    of_kind = {kind: sum(1 for r in runs if r.get("kind") == kind) for kind in {r.get("kind") for r in runs}}
+    near = [for_these_prompts(v, of_kind[r.get("kind")]) for r, v in zip(runs, vectors)]
+    these = [rank1_range(tree, v) for v in near] if all(near) else None
     return {"predicted": _pooled_per_step(runs, predicted),
             "over_positions": [_pooled_per_step(runs, [r[i] for r in by_positions]) for i in (0, 1)],
             "over_prompts": [_pooled_per_step(runs, [r[i] for r in by_prompts]) for i in (0, 1)],
+            "for_these_prompts": [_pooled_per_step(runs, [r[i] for r in these]) for i in (0, 1)] if these else None,
             "interval_basis": sorted({v.interval for v in vectors})}
 
 
@@ -63,40 +91,69 @@ def observed(runs: list[dict]) -> float:
     return sum(r.get("step_tokens", r["tokens"]) for r in runs) / max(sum(r["steps"] for r in runs), 1)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("report")
-    ap.add_argument("--vectors", default=str(ROOT / "assets" / "measured" / "acceptance"),
-                    help="folder of acceptance files (looked up by the file names the report gives)")
-    ap.add_argument("--methods", default="sequoia,chain")
-    ap.add_argument("--json", default=None, help="also write the table here")
-    args = ap.parse_args(argv)
-    report = json.loads(Path(args.report).read_text())
-    folder, out = Path(args.vectors), []
-    print(f"{args.report}; vectors from {folder}")
+def table(path: str, folder: Path, methods: set[str]) -> list[dict]:
+    """Print one report's lanes (all prompts, then per kind); returns their summaries."""
+    report = json.loads(Path(path).read_text())
+    out = []
+    print(f"{path}; vectors from {folder}")
     print(f"{'T':>4} {'lane':18} {'kind':6} {'steps':>5} {'observed':>8} {'pred':>6} {'err':>7}  "
-          f"{'range over positions':>22}  {'range over prompts':>22}")
-    for row, runs, tree in lanes(report, set(args.methods.split(","))):
+          f"{'range over positions':>27}  {'range over prompts':>27}  {'range for these prompts':>27}")
+    for row, runs, tree in lanes(report, methods):
         kinds = {"all": runs, **{k: [r for r in runs if r.get("kind") == k] for k in ("code", "prose")}}
         for kind, rs in kinds.items():
             if not rs:
                 continue
             s = summary(rs, tree, [run_vector(report, r, folder) for r in rs])
             seen = observed(rs)
-            s.update(temperature=row["temperature"], lane=row["label"], kind=kind, steps=sum(r["steps"] for r in rs),
-                     observed=seen, error=seen / s["predicted"] - 1)
-
-            def where(span):
-                return "in " if span[0] <= seen <= span[1] else "OUT"
-            print(f"{row['temperature']:>4g} {row['label']:18} {kind:6} {s['steps']:>5} {seen:8.2f} {s['predicted']:6.2f} "
-                  f"{100 * s['error']:+6.1f}%  {s['over_positions'][0]:6.2f}-{s['over_positions'][1]:5.2f} "
-                  f"({where(s['over_positions'])}) {100 * (s['over_positions'][0] / s['predicted'] - 1):+4.0f}/"
-                  f"{100 * (s['over_positions'][1] / s['predicted'] - 1):+3.0f}%  "
-                  f"{s['over_prompts'][0]:6.2f}-{s['over_prompts'][1]:5.2f} ({where(s['over_prompts'])}) "
-                  f"{100 * (s['over_prompts'][0] / s['predicted'] - 1):+4.0f}/{100 * (s['over_prompts'][1] / s['predicted'] - 1):+3.0f}%")
+            s.update(report=path, temperature=row["temperature"], lane=row["label"], kind=kind,
+                     steps=sum(r["steps"] for r in rs), observed=seen, error=seen / s["predicted"] - 1)
+            print(f"{row['temperature']:>4g} {row['label']:18} {kind:6} {s['steps']:>5} {seen:8.2f} "
+                  f"{s['predicted']:6.2f} {100 * s['error']:+6.1f}%  {_span(s['over_positions'], s)}  "
+                  f"{_span(s['over_prompts'], s)}  {_span(s['for_these_prompts'], s)}")
             out.append(s)
+    return out
+
+
+def inside(span: list[float], value: float) -> bool:
+    return span[0] <= value <= span[1]
+
+
+def _span(span: list[float] | None, s: dict) -> str:
+    if span is None:
+        return f"{'-':>27}"
+    where = "in " if inside(span, s["observed"]) else "OUT"
+    return (f"{span[0]:6.2f}-{span[1]:5.2f} ({where}) {100 * (span[0] / s['predicted'] - 1):+4.0f}/"
+            f"{100 * (span[1] / s['predicted'] - 1):+3.0f}%")
+
+
+def counts(rows: list[dict]) -> None:
+    """Per temperature, over the lanes with all prompts pooled."""
+    print("\nover every report's lanes, all prompts pooled:")
+    for t in sorted({r["temperature"] for r in rows}):
+        rs = [r for r in rows if r["temperature"] == t and r["kind"] == "all"]
+        near = sum(abs(r["error"]) <= 0.10 for r in rs)
+        by_positions = sum(inside(r["over_positions"], r["observed"]) for r in rs)
+        by_prompts = sum(inside(r["over_prompts"], r["observed"]) for r in rs)
+        these = sum(inside(r["for_these_prompts"], r["observed"]) for r in rs if r["for_these_prompts"])
+        print(f"T={t:g}: {len(rs)} lanes; within ±10 % of the prediction {near}; inside the range over positions "
+              f"{by_positions}, over prompts {by_prompts}, for these prompts {these}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("report", nargs="+")
+    ap.add_argument("--vectors", default=str(ROOT / "assets" / "measured" / "acceptance"),
+                    help="folder of acceptance files (looked up by the file names the report gives)")
+    ap.add_argument("--methods", default="sequoia,chain")
+    ap.add_argument("--json", default=None, help="also write the table here")
+    args = ap.parse_args(argv)
+    rows = []
+    for path in args.report:
+        rows += table(path, Path(args.vectors), set(args.methods.split(",")))
+    if len(args.report) > 1:
+        counts(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=1))
+        Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -54,13 +54,15 @@ import re
 import resource
 import statistics
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
 
-from engine import answer_drift, bench_goals, learning, observed, profiler
+from engine import answer_drift, bench_goals, intervals, learning, observed, profiler
 from engine import methods as M
 from engine.decoding import generate
 from engine.errors import UserError
@@ -389,6 +391,8 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                     observed.add_events(costs_seen, prof, w["events"], temperature > 0)
                     warm_steps += sum(1 for e in w["events"] if e.step > 1)  # add_events skips first steps
         warmups[_tkey(temperature)] = {"tokens": config.warmup_tokens, "observed_steps": warm_steps}
+        sharing = _prompts_per_vector(pair, prompts, Settings(temperature=temperature, top_p=config.top_p,
+                                                              top_k=config.top_k))
         for i, prompt in enumerate(prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=config.max_new_tokens,
@@ -415,7 +419,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
                          load_average=load, load_average_after=load_average(),
                          **memory_of.get(s.key, dict.fromkeys(("peak_memory_bytes", "peak_memory_above_start_bytes"))),
-                         **_run_prediction(s, own or vec, prof, costs, behind, temperature))
+                         **_run_prediction(s, own or vec, prof, costs, behind, temperature, sharing[domain]))
                 r.update(nodes=s.tree.size, depth=s.tree.depth)
                 if s.family == "sequoia-auto":
                     r.update(parents=list(s.tree.parents))
@@ -470,16 +474,27 @@ def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperat
                    extra={**spec.extra, "chosen_budget": choice.n, "chosen_depth_bound": choice.d})
 
 
-def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float) -> dict:
+THESE_PROMPTS = "predicted_tokens_per_step_range_these_prompts"   # the range for a bench of so few prompts
+
+
+def _prompts_per_vector(pair, prompts, settings: Settings) -> Counter:
+    """How many of the bench's prompts are predicted from each vector (by domain, "" = pooled):
+    the sample of new prompts whose mean a lane's prediction for that vector is judged against."""
+    return Counter(vector_for_prompt(pair, settings, "sequoia", p.text)[1] for p in prompts)
+
+
+def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float,
+                    sharing: int = 1) -> dict:
     """A run's own prediction, from the vector of its prompt's domain where code and prose differ
     (engine/domains.py), else the pooled one: what the planner would predict for that prompt.
     Tokens/s from the profile corrected by the step costs of this bench's warm-up and earlier
     prompts' runs (`costs`, what the app's planner does with the runs it has seen), and from the
-    profile alone (`*_profile`)."""
+    profile alone (`*_profile`). `sharing`: how many of the bench's prompts use this vector."""
     if spec.predicted_tokens_per_step is None:
         return {}
     out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain,
-           "predicted_tokens_per_step_range": rank1_range(spec.tree, vec)}
+           "predicted_tokens_per_step_range": rank1_range(spec.tree, vec),
+           THESE_PROMPTS: these_prompts_range(spec.tree, vec, sharing)}
     if prof is not None:
         sampling = temperature > 0
         corrected = predict(spec.tree, vec.probabilities, costs, sampling)
@@ -508,6 +523,15 @@ def rank1_range(tree: Tree, vec) -> list[float] | None:
         return tree.expected_tokens([v] + [q * scale for q in rest])
 
     return [at(p1 - half), at(p1 + half)]
+
+
+def these_prompts_range(tree: Tree, vec, prompts: int) -> list[float] | None:
+    """rank1_range with rank 1's interval for the mean of `prompts` new prompts like the measured
+    ones (engine/intervals.py for_new_prompts: the vector's own uncertainty plus how much so few
+    prompts spread): what a run on that many prompts can expect to see around the prediction;
+    None for a vector that recorded no prompts."""
+    half = intervals.for_new_prompts(getattr(vec, "prompt_counts", None) or [], len(vec.probabilities), prompts)
+    return None if half is None else rank1_range(tree, SimpleNamespace(probabilities=vec.probabilities, ci95=half))
 
 
 def _speed_prediction_pooled(rs: list[dict]) -> dict:
@@ -540,9 +564,9 @@ def _pooled_per_step(rs: list[dict], per_run: list[float]) -> float | None:
     return sum(yields) / sum(y / p for y, p in zip(yields, per_run)) if sum(yields) else None
 
 
-def _predicted_range(rs: list[dict]) -> list[float] | None:
-    """The runs' rank1_range pooled as _predicted pools their predictions."""
-    ranges = [r.get("predicted_tokens_per_step_range") for r in rs]
+def _predicted_range(rs: list[dict], key: str = "predicted_tokens_per_step_range") -> list[float] | None:
+    """The runs' rank1_range (or another range, `key`) pooled as _predicted pools their predictions."""
+    ranges = [r.get(key) for r in rs]
     if not rs or not all(ranges):
         return None
     edges = [_pooled_per_step(rs, [r[i] for r in ranges]) for i in (0, 1)]
@@ -651,9 +675,13 @@ DEFINITIONS = {
                                  "prompt's domain where code and prose differ (else pooled), pooled over runs as "
                                  "yields / predicted steps; *_pooled_vector: from the pooled vector alone; "
                                  "*_range: the same with the vector's rank-1 rate at either edge of its 95 % "
-                                 "interval (over the vector's prompts where it recorded them, else its positions; the other ranks "
-                                 "as measured, scaled to fit beside it): the range rank 1's interval alone allows, a lower bound on the vector's uncertainty, wider the "
-                                 "deeper the tree",
+                                 "interval (over the vector's prompts where it recorded them, else its positions; "
+                                 "the other ranks as measured, scaled to fit beside it): the range rank 1's interval "
+                                 "alone allows, a lower bound on the vector's uncertainty, wider the deeper the tree; "
+                                 "*_range_these_prompts: the same with rank 1's 95 % interval for the mean of as many "
+                                 "new prompts as this bench predicted from that vector (its own uncertainty plus how "
+                                 "much so few prompts spread, from the prompts it recorded): what a run of so few "
+                                 "prompts can expect to see around the prediction",
     "predicted_tokens_per_second": "median over prompts of predicted tokens/step over the modelled step time: the "
                                    "device profile corrected by the step costs this bench's warm-up and its runs on "
                                    "earlier prompts observed (engine/observed.py, as the app's planner corrects it; "
@@ -761,6 +789,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                                                                 for r in rs]),
                 "predicted_tokens_per_step_pooled_vector": s.predicted_tokens_per_step,
                 "predicted_tokens_per_step_range": _predicted_range(rs),
+                THESE_PROMPTS: _predicted_range(rs, THESE_PROMPTS),
                 "predicted_speedup": _median([r.get("predicted_speedup") for r in rs]) or s.predicted_speedup,
                 "draft_seconds": draft, "verify_seconds": verify, "other_seconds": other,
                 "engine_other_seconds": sum(r["engine_other_seconds"] for r in rs),
@@ -795,7 +824,8 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                     "tokens_per_step": (sum(r.get("step_tokens", r["tokens"]) for r in kr)
                                         / max(sum(r["steps"] for r in kr), 1)),
                     "speedup_vs_ar": _median(ks), "predicted_tokens_per_step": _predicted(kr)[0],
-                    "predicted_tokens_per_step_range": _predicted_range(kr)}
+                    "predicted_tokens_per_step_range": _predicted_range(kr),
+                    THESE_PROMPTS: _predicted_range(kr, THESE_PROMPTS)}
             results.append(entry)
     return results
 

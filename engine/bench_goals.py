@@ -62,7 +62,8 @@ def evaluate_goals(results: list[dict]) -> list[dict]:
                               "measured": err, "target": 0.10, "met": abs(err) <= 0.10,
                               "detail": f"observed {r['tokens_per_step']:.2f}{inside}, "
                                         f"predicted {r['predicted_tokens_per_step']:.2f}"
-                                        f"{_vector_range(r.get('predicted_tokens_per_step_range'))}"})
+                                        f"{_vector_range(r.get('predicted_tokens_per_step_range'))}"
+                                        f"{_these_prompts(r)}"})
         seq = by(t, "sequoia")  # the fixed trees of the sweep (the hardware-aware lane is judged against them)
         auto = by(t, "sequoia-auto")
         if auto and seq:
@@ -199,6 +200,18 @@ def _where(value: float, span: list[float]) -> str:
 def _vector_range(span: list[float] | None) -> str:
     """How far the vector's rank-1 interval alone moves the prediction (engine/bench.py rank1_range)."""
     return f" ({span[0]:.2f}-{span[1]:.2f} with rank 1 at the edges of its 95 % interval)" if span else ""
+
+
+def _these_prompts(row: dict) -> str:
+    """The range a run of this row's few prompts can expect around the prediction (engine/bench.py
+    these_prompts_range), and whether the observed value lies in it."""
+    span = row.get("predicted_tokens_per_step_range_these_prompts")
+    if not span:
+        return ""
+    kinds = row.get("by_kind") or {}
+    counted = " + ".join(f"{v['prompts']} {k}" for k, v in kinds.items()) or f"{len(row.get('prompt_runs', []))}"
+    return (f"; {span[0]:.2f}-{span[1]:.2f} for {counted} prompts like the measured ones: observed "
+            f"{_where(row['tokens_per_step'], span)} it")
 
 
 def _by_answer(value: float, span: list[float] | None) -> str:

@@ -54,3 +54,27 @@ def vector_ci(probabilities: list[float], positions: float, prompt_counts: list[
     if spread is None:
         return positional, "positions"
     return [max(a, b) for a, b in zip(spread, positional)], "prompts"
+
+
+def for_new_prompts(prompt_counts: list[list[float]], width: int, new_prompts: int) -> list[float] | None:
+    """Half-width per rank of the 95 % interval for the mean share over `new_prompts` other prompts
+    like the measured ones (a prediction interval: the measured mean's own uncertainty plus the
+    new prompts' spread, s^2 / new_prompts, s^2 the measured prompts' sample variance of their
+    shares, their own position noise included). What a benchmark of a few prompts can expect to
+    see around the vector; None with fewer than MIN_PROMPTS measured prompts."""
+    from scipy.stats import t as student_t
+    rows = [row for row in prompt_counts if row and row[0] > 0]
+    m = len(rows)
+    if m < MIN_PROMPTS or new_prompts < 1:
+        return None
+    quantile = float(student_t.ppf(0.975, m - 1))
+    total = sum(row[0] for row in rows)
+    out = []
+    for k in range(width):
+        p = sum(row[1 + k] for row in rows) / total
+        mean_var = sum((row[1 + k] - p * row[0]) ** 2 for row in rows) * m / (m - 1) / total ** 2
+        shares = [row[1 + k] / row[0] for row in rows]
+        mean_share = sum(shares) / m
+        spread = sum((x - mean_share) ** 2 for x in shares) / (m - 1)
+        out.append(quantile * math.sqrt(mean_var + spread / new_prompts))
+    return out

@@ -356,4 +356,11 @@ def test_prediction_ranges_widen_with_an_interval_over_prompts(tmp_path, capsys)
     low, high = got["over_positions"]
     wide_low, wide_high = got["over_prompts"]
     assert wide_low < low < 1.75 < high < 2.25 < wide_high, got
+    # one prompt of its kind in the lane: the spread of a single new prompt widens it further
+    these = got["for_these_prompts"]
+    assert these[0] <= wide_low and these[1] >= wide_high and these != got["over_prompts"], got
     assert "(OUT)" in capsys.readouterr().out
+    # two reports: the count over their lanes (here the same report twice)
+    assert ranges.main([str(tmp_path / "report.json")] * 2 + ["--vectors", str(tmp_path)]) == 0
+    assert ("T=0: 2 lanes; within ±10 % of the prediction 0; inside the range over positions 0, over prompts 2, "
+            "for these prompts 2" in capsys.readouterr().out)

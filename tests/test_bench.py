@@ -50,6 +50,11 @@ def test_bench_quick_structure(tmp_path):
             assert low <= r["predicted_tokens_per_step"] <= high, r["label"]
             for kind in r["by_kind"].values():  # and per kind of prompt
                 assert kind["predicted_tokens_per_step_range"][0] <= kind["predicted_tokens_per_step"]
+            # for a run of so few prompts: None where the vector recorded fewer than 3 prompts
+            few = r["predicted_tokens_per_step_range_these_prompts"]
+            vector = report["acceptance"]["0" if r["temperature"] == 0 else "0.7"]
+            assert (few is None) == (vector["interval"] == "positions"), (few, vector["interval"])
+            assert few is None or few[0] <= low <= high <= few[1]
         if r["method"] == "specinfer":
             assert r["width"] == 2 and r["nodes"] == 2 * (r["depth"] - 1) + 1
         if r["method"] == "ar":

@@ -102,3 +102,25 @@ def test_a_prediction_says_how_far_the_vectors_rank1_interval_moves_it():
               predicted_tokens_per_step_range=[low, high], steps=20)
     line = goal(bench_goals.evaluate_goals([seq]), "T=0: sequoia n=3 d=3 predicted tokens/step")
     assert "(2.19-2.71 with rank 1 at the edges of its 95 % interval)" in line["detail"], line["detail"]
+
+
+def test_a_prediction_says_what_a_run_of_so_few_prompts_can_expect():
+    """engine/bench.py these_prompts_range: rank 1's interval for the mean of k new prompts like the
+    measured ones (engine/intervals.py for_new_prompts) is wider for fewer prompts, and absent for a
+    vector that recorded no prompts; the goal line names it with the row's prompts and says
+    whether the observed value lies inside."""
+    from types import SimpleNamespace
+
+    from engine import bench
+    from engine.tree import Tree
+    counts = [[400.0, 312.0, 88.0], [400.0, 336.0, 64.0], [400.0, 320.0, 80.0], [400.0, 332.0, 68.0]]
+    vec = SimpleNamespace(probabilities=[0.8125], ci95=[0.02], prompt_counts=counts)
+    one, four = bench.these_prompts_range(Tree.chain(5), vec, 1), bench.these_prompts_range(Tree.chain(5), vec, 4)
+    narrow = bench.rank1_range(Tree.chain(5), vec)
+    assert one[0] < four[0] < narrow[0] and narrow[1] < four[1] < one[1]
+    assert bench.these_prompts_range(Tree.chain(5), SimpleNamespace(probabilities=[0.8], ci95=[0.1]), 4) is None
+    seq = row("sequoia", "sequoia n=5 d=5", [10.0], predicted_tokens_per_step=3.4, steps=20,
+              predicted_tokens_per_step_range_these_prompts=[2.9, 3.9],
+              by_kind={"code": {"prompts": 4, "speedup_vs_ar": 1.0}, "prose": {"prompts": 2, "speedup_vs_ar": 1.0}})
+    line = goal(bench_goals.evaluate_goals([seq]), "T=0: sequoia n=5 d=5 predicted tokens/step")
+    assert "2.90-3.90 for 4 code + 2 prose prompts like the measured ones: observed" in line["detail"], line

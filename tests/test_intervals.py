@@ -107,3 +107,22 @@ def test_the_planner_caption_says_what_the_bars_are_over():
     assert render.interval_words(measured) == "bars: ±95 % interval over its 3 prompts"
     older = _vector([[100.0, 90.0, 5.0, 5.0]] * 3, interval="positions")
     assert "over positions" in render.interval_words(older)
+
+
+def test_an_interval_for_new_prompts_holds_their_mean():
+    """A benchmark of 4 new prompts like the 12 measured ones (rates spread by sd 0.06): the mean
+    rate of the 4 lies inside the vector's interval for new prompts about 95 % of the time, and
+    inside its interval over prompts (for the measured mean only) far less often."""
+    rng = np.random.default_rng(11)
+    held_new = held_mean = 0
+    trials = 600
+    for _ in range(trials):
+        measured = _prompts(rng, np.clip(rng.normal(0.8, 0.06, 12), 0.01, 0.99), 128)
+        bench = _prompts(rng, np.clip(rng.normal(0.8, 0.06, 4), 0.01, 0.99), 64)
+        p = sum(r[1] for r in measured) / sum(r[0] for r in measured)
+        seen = sum(r[1] for r in bench) / sum(r[0] for r in bench)
+        held_new += abs(seen - p) <= intervals.for_new_prompts(measured, 1, 4)[0]
+        held_mean += abs(seen - p) <= intervals.over_prompts(measured, 1)[0]
+    assert 0.92 <= held_new / trials <= 0.99, held_new / trials
+    assert held_mean / trials < 0.75, held_mean / trials
+    assert intervals.for_new_prompts(measured[:2], 1, 4) is None
