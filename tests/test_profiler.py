@@ -299,3 +299,24 @@ def test_profile_sizes_are_timed_in_rounds_so_a_drifting_machine_keeps_their_rat
     forwards.clear()
     profiler._time_in_rounds({n: timer(n, drift=0.2) for n in (1, 2, 4)}, 2, lambda: False, max_repeats=4)
     assert len(forwards) == 3 * (1 + 4)
+
+
+def test_shipped_vectors_give_their_interval_over_the_prompts_they_record():
+    """A shipped vector that records its prompts' counts (engine/intervals.py) must be those counts:
+    its probabilities are their shares and its ± the interval over them, not a number typed in.
+    The NF4 draft's vectors (the default draft where its kernel runs) all record their prompts."""
+    from engine import intervals
+    shipped = [json.loads(p.read_text()) for p in sorted((profiler.SHIPPED / "acceptance").glob("*.json"))]
+    for vec in shipped:
+        rows = vec.get("prompt_counts") or []
+        if vec.get("draft_kernels") == "fast+nf4":
+            assert vec.get("interval") == "prompts" and len(rows) == vec["prompts"], vec["measured_at"]
+        if not rows:
+            assert vec.get("interval", "positions") == "positions"
+            continue
+        assert sum(row[0] for row in rows) == pytest.approx(vec["positions"])
+        assert all(row[0] == pytest.approx(sum(row[1:])) for row in rows)   # ranks + none: every position
+        shares = [sum(row[1 + k] for row in rows) / vec["positions"] for k in range(vec["width"])]
+        assert shares == pytest.approx(vec["probabilities"], abs=1e-12)
+        ci, basis = intervals.vector_ci(vec["probabilities"], vec["positions"], rows)
+        assert basis == vec["interval"] and ci == pytest.approx(vec["ci95"], abs=1e-12)
