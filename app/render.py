@@ -169,10 +169,13 @@ def pair_line(info: dict | None, status: dict) -> str:
 
 
 def interval_words(vec) -> str:
-    """What a vector's ±95 % bars are over (engine/intervals.py): its prompts, each one draw, or
-    only its positions (vectors measured before prompts were recorded; interpolated or learned)."""
+    """What a vector's ±95 % bars are over (engine/intervals.py): its prompts, each one draw (an
+    interpolated vector: the prompts of the vectors it mixes), or only its positions (vectors
+    measured before prompts were recorded, learned ones)."""
     if getattr(vec, "interval", "positions") == "prompts":
-        return f"bars: ±95 % interval over its {vec.prompts} prompts"
+        counted = [row for row in getattr(vec, "prompt_counts", None) or [] if row and row[0] > 0]
+        return (f"bars: ±95 % interval over its {len(counted)} prompts" if counted
+                else "bars: ±95 % interval over the prompts of the vectors it mixes")
     return "bars: ±95 % interval over positions (narrower than one over prompts would be)"
 
 

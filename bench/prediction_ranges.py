@@ -5,10 +5,11 @@ For every fixed Sequoia and chain lane of a `python -m engine bench --json` repo
 temperature: the observed tokens/step (the report's, truncated last steps counted as the bench
 counts them), the prediction from the acceptance vectors in --vectors (each run from its prompt
 kind's vector, as the bench predicts now; by default the shipped ones of this checkout, which may
-be newer than the report's), and engine.bench.rank1_range with each interval, pooled over runs as the bench pools
-predictions. It says whether the observed value lies inside each range. The range is a lower
-bound on what the vector leaves open (only rank 1 moves), and says nothing of how far a bench's
-own few prompts sit from the measurement prompts' mean (the report's interval over answers does).
+be newer than the report's), and engine.bench.rank1_range with rank 1's interval over positions,
+over prompts, and for a run of as many prompts as the lane ran from that vector
+(bench.these_prompts_range), pooled over runs as the bench pools them. It says whether the
+observed value lies inside each range. Only rank 1 moves in them (the other ranks' uncertainty is
+left out).
 
     python bench/prediction_ranges.py bench/results-cpu-sampler-fix.json [more reports ...]
 
@@ -27,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from engine import intervals  # noqa: E402
-from engine.bench import _pooled_per_step, rank1_range  # noqa: E402
+from engine.bench import _pooled_per_step, _predicted_range, rank1_range, these_prompts_range  # noqa: E402
 from engine.profiler import AcceptanceVector  # noqa: E402
 from engine.tree import Tree  # noqa: E402
 
@@ -45,8 +46,10 @@ def run_vector(report: dict, run: dict, folder: Path) -> AcceptanceVector:
         same = ("temperature", "top_p", "width", "draft_kernels", "sampler", "draft", "target")
         for path in sorted(folder.glob("*.json")):
             other = json.loads(path.read_text())
-            if isinstance(other, dict) and other.get("domain") == run["kind"] and all(other.get(k) == named.get(k) for k in same) and \
-                    (other.get("top_k") or 0) == (named.get("top_k") or 0):
+            if not isinstance(other, dict) or other.get("domain") != run["kind"]:
+                continue
+            top_k_alike = (other.get("top_k") or 0) == (named.get("top_k") or 0)
+            if top_k_alike and all(other.get(k) == named.get(k) for k in same):
                 return AcceptanceVector(**other)
     return AcceptanceVector(**named)
 
@@ -61,28 +64,22 @@ def lanes(report: dict, methods: set[str]):
         yield row, runs, Tree.chain(row["depth"]) if row["method"] == "chain" else Tree(tuple(row["parents"]))
 
 
-def for_these_prompts(vec: AcceptanceVector, prompts: int) -> AcceptanceVector | None:
-    """`vec` with the interval a run of `prompts` prompts like the measured ones can expect around
-    it (intervals.for_new_prompts), or None when it recorded no prompts."""
-    half = intervals.for_new_prompts(vec.prompt_counts, len(vec.probabilities), prompts)
-    return None if half is None else replace(vec, ci95=half)
-
-
-def summary(runs: list[dict], tree: Tree, vectors: list[AcceptanceVector]) -> dict:
+def summary(runs: list[dict], tree: Tree, vectors: list[AcceptanceVector], tokens: int | None) -> dict:
     """Prediction and the ranges over `runs`, each run with its own vector: rank 1 at the edges of
-    its interval over positions, over prompts, and for as many prompts as the lane ran of that
-    run's kind (the spread a run of so few prompts can expect)."""
-    predicted = [tree.expected_tokens(v.probabilities) for v in vectors]
-    by_positions = [rank1_range(tree, replace(v, ci95=intervals.binomial(v.probabilities, v.positions)))
-                    for v in vectors]
-    by_prompts = [rank1_range(tree, v) for v in vectors]
-    of_kind = {kind: sum(1 for r in runs if r.get("kind") == kind) for kind in {r.get("kind") for r in runs}}
-    near = [for_these_prompts(v, of_kind[r.get("kind")]) for r, v in zip(runs, vectors)]
-    these = [rank1_range(tree, v) for v in near] if all(near) else None
-    return {"predicted": _pooled_per_step(runs, predicted),
-            "over_positions": [_pooled_per_step(runs, [r[i] for r in by_positions]) for i in (0, 1)],
-            "over_prompts": [_pooled_per_step(runs, [r[i] for r in by_prompts]) for i in (0, 1)],
-            "for_these_prompts": [_pooled_per_step(runs, [r[i] for r in these]) for i in (0, 1)] if these else None,
+    its interval over positions, over prompts, and for as many new prompts of `tokens` tokens as
+    the lane ran from that vector (bench.these_prompts_range); pooled as the bench pools them
+    (bench._predicted_range: runs of one vector move together, vectors independently)."""
+    of_vector = {}
+    for v in vectors:
+        of_vector[v.domain] = of_vector.get(v.domain, 0) + 1
+    rows = [{**r, "acceptance_domain": v.domain,
+             "predicted_tokens_per_step": tree.expected_tokens(v.probabilities),
+             "over_positions": rank1_range(tree, replace(v, ci95=intervals.binomial(v.probabilities, v.positions))),
+             "over_prompts": rank1_range(tree, v),
+             "for_these_prompts": these_prompts_range(tree, v, of_vector[v.domain], tokens)}
+            for r, v in zip(runs, vectors)]
+    return {"predicted": _pooled_per_step(rows, [r["predicted_tokens_per_step"] for r in rows]),
+            **{key: _predicted_range(rows, key) for key in ("over_positions", "over_prompts", "for_these_prompts")},
             "interval_basis": sorted({v.interval for v in vectors})}
 
 
@@ -103,7 +100,8 @@ def table(path: str, folder: Path, methods: set[str]) -> list[dict]:
         for kind, rs in kinds.items():
             if not rs:
                 continue
-            s = summary(rs, tree, [run_vector(report, r, folder) for r in rs])
+            s = summary(rs, tree, [run_vector(report, r, folder) for r in rs],
+                        report.get("config", {}).get("max_new_tokens"))
             seen = observed(rs)
             s.update(report=path, temperature=row["temperature"], lane=row["label"], kind=kind,
                      steps=sum(r["steps"] for r in rs), observed=seen, error=seen / s["predicted"] - 1)

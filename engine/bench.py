@@ -393,6 +393,8 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
         warmups[_tkey(temperature)] = {"tokens": config.warmup_tokens, "observed_steps": warm_steps}
         sharing = _prompts_per_vector(pair, prompts, Settings(temperature=temperature, top_p=config.top_p,
                                                               top_k=config.top_k))
+        # a vector measured in this run on these very prompts: they are not new to it
+        measured_here = info["measured_in_run"] and config.acceptance_prompts == "bench"
         for i, prompt in enumerate(prompts):
             settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k,
                                 max_new_tokens=config.max_new_tokens,
@@ -419,7 +421,9 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
                          load_average=load, load_average_after=load_average(),
                          **memory_of.get(s.key, dict.fromkeys(("peak_memory_bytes", "peak_memory_above_start_bytes"))),
-                         **_run_prediction(s, own or vec, prof, costs, behind, temperature, sharing[domain]))
+                         **_run_prediction(s, own or vec, prof, costs, behind, temperature,
+                                           0 if own is None and measured_here else sharing[domain],
+                                           config.max_new_tokens))
                 r.update(nodes=s.tree.size, depth=s.tree.depth)
                 if s.family == "sequoia-auto":
                     r.update(parents=list(s.tree.parents))
@@ -484,17 +488,18 @@ def _prompts_per_vector(pair, prompts, settings: Settings) -> Counter:
 
 
 def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float,
-                    sharing: int = 1) -> dict:
+                    sharing: int = 1, tokens: int | None = None) -> dict:
     """A run's own prediction, from the vector of its prompt's domain where code and prose differ
     (engine/domains.py), else the pooled one: what the planner would predict for that prompt.
     Tokens/s from the profile corrected by the step costs of this bench's warm-up and earlier
     prompts' runs (`costs`, what the app's planner does with the runs it has seen), and from the
-    profile alone (`*_profile`). `sharing`: how many of the bench's prompts use this vector."""
+    profile alone (`*_profile`). `sharing`: how many of the bench's prompts use this vector (0: the
+    vector was measured on them, so no range for new prompts); `tokens`: each answer's length."""
     if spec.predicted_tokens_per_step is None:
         return {}
     out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain,
            "predicted_tokens_per_step_range": rank1_range(spec.tree, vec),
-           THESE_PROMPTS: these_prompts_range(spec.tree, vec, sharing)}
+           THESE_PROMPTS: these_prompts_range(spec.tree, vec, sharing, tokens)}
     if prof is not None:
         sampling = temperature > 0
         corrected = predict(spec.tree, vec.probabilities, costs, sampling)
@@ -525,12 +530,14 @@ def rank1_range(tree: Tree, vec) -> list[float] | None:
     return [at(p1 - half), at(p1 + half)]
 
 
-def these_prompts_range(tree: Tree, vec, prompts: int) -> list[float] | None:
+def these_prompts_range(tree: Tree, vec, prompts: int, tokens: int | None = None) -> list[float] | None:
     """rank1_range with rank 1's interval for the mean of `prompts` new prompts like the measured
-    ones (engine/intervals.py for_new_prompts: the vector's own uncertainty plus how much so few
-    prompts spread): what a run on that many prompts can expect to see around the prediction;
-    None for a vector that recorded no prompts."""
-    half = intervals.for_new_prompts(getattr(vec, "prompt_counts", None) or [], len(vec.probabilities), prompts)
+    ones, answers of `tokens` tokens (each a decided node, about: engine/intervals.py
+    for_new_prompts: the vector's own uncertainty plus how much so few prompts spread): what a run
+    on that many prompts can expect to see around the prediction; None for a vector that recorded
+    no prompts."""
+    half = intervals.for_new_prompts(getattr(vec, "prompt_counts", None) or [], len(vec.probabilities), prompts,
+                                     tokens)
     return None if half is None else rank1_range(tree, SimpleNamespace(probabilities=vec.probabilities, ci95=half))
 
 
@@ -565,12 +572,24 @@ def _pooled_per_step(rs: list[dict], per_run: list[float]) -> float | None:
 
 
 def _predicted_range(rs: list[dict], key: str = "predicted_tokens_per_step_range") -> list[float] | None:
-    """The runs' rank1_range (or another range, `key`) pooled as _predicted pools their predictions."""
+    """The runs' rank1_range (or another range, `key`) pooled as _predicted pools their predictions.
+    Runs predicted from one vector move together (their edges are taken at once); runs of different
+    vectors (code and prose: other measurement prompts, other bench prompts) move independently,
+    so each vector's shift of the pooled prediction is combined with the others' in quadrature."""
     ranges = [r.get(key) for r in rs]
-    if not rs or not all(ranges):
+    preds = [r.get("predicted_tokens_per_step") for r in rs]
+    if not rs or not all(ranges) or not all(preds):
         return None
-    edges = [_pooled_per_step(rs, [r[i] for r in ranges]) for i in (0, 1)]
-    return None if None in edges else edges
+    center = _pooled_per_step(rs, preds)
+    if center is None:
+        return None
+    groups = {r.get("acceptance_domain", "") for r in rs}
+    edges = []
+    for i in (0, 1):
+        shifts = [_pooled_per_step(rs, [span[i] if r.get("acceptance_domain", "") == g else p
+                                        for r, span, p in zip(rs, ranges, preds)]) - center for g in groups]
+        edges.append(center + (1 if i else -1) * sum(d * d for d in shifts) ** 0.5)
+    return edges
 
 
 def _auto_label(nodes: int, depth: int) -> str:

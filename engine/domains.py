@@ -61,7 +61,9 @@ def pooled_vector(parts: list):
     probs = [sum(v.probabilities[k] * v.positions for v in parts) / total for k in range(width)]
     # the parts' prompts together, when every part recorded its own (else the interval is over positions)
     recorded = all(_records_its_prompts(v) for v in parts)
-    prompt_counts = [row[:1 + width] + row[-1:] for v in parts for row in v.prompt_counts] if recorded else []
+    # ranks past `width` (a wider part's) count as "none", as the pooled vector's none does
+    prompt_counts = ([row[:1 + width] + [row[0] - sum(row[1:1 + width])] for v in parts for row in v.prompt_counts]
+                     if recorded else [])
     ci, basis = intervals.vector_ci(probs, total, prompt_counts)
     first = parts[0]
     return AcceptanceVector(probs, max(0.0, 1.0 - sum(probs)), total, ci, first.draft, first.target,

@@ -46,7 +46,8 @@ def over_prompts(prompt_counts: list[list[float]], width: int) -> list[float] | 
     return out
 
 
-def vector_ci(probabilities: list[float], positions: float, prompt_counts: list[list[float]] | None) -> tuple[list[float], str]:
+def vector_ci(probabilities: list[float], positions: float,
+              prompt_counts: list[list[float]] | None) -> tuple[list[float], str]:
     """(half-widths, basis): over prompts where at least MIN_PROMPTS recorded their counts (never
     narrower than the binomial interval), else over positions."""
     positional = binomial(probabilities, positions)
@@ -56,12 +57,17 @@ def vector_ci(probabilities: list[float], positions: float, prompt_counts: list[
     return [max(a, b) for a, b in zip(spread, positional)], "prompts"
 
 
-def for_new_prompts(prompt_counts: list[list[float]], width: int, new_prompts: int) -> list[float] | None:
+def for_new_prompts(prompt_counts: list[list[float]], width: int, new_prompts: int,
+                    new_positions: float | None = None) -> list[float] | None:
     """Half-width per rank of the 95 % interval for the mean share over `new_prompts` other prompts
-    like the measured ones (a prediction interval: the measured mean's own uncertainty plus the
-    new prompts' spread, s^2 / new_prompts, s^2 the measured prompts' sample variance of their
-    shares, their own position noise included). What a benchmark of a few prompts can expect to
-    see around the vector; None with fewer than MIN_PROMPTS measured prompts."""
+    like the measured ones (a prediction interval, t with m - 1 degrees of freedom): the measured
+    mean's own variance plus each new prompt's, over new_prompts. A new prompt's variance is the
+    measured prompts' spread of their shares, s^2, which holds their own position noise (binomial,
+    p(1 - p) / n_i); with `new_positions` (the new prompts are shorter or longer: a bench's answers
+    of 64 tokens against 128 measured) that noise is swapped for p(1 - p) / new_positions, the
+    spread between prompts, s^2 less the measured noise, kept (at least 0). Never narrower than
+    the vector's own interval (vector_ci). What a benchmark of a few prompts can expect to see
+    around the vector; None with fewer than MIN_PROMPTS measured prompts."""
     from scipy.stats import t as student_t
     rows = [row for row in prompt_counts if row and row[0] > 0]
     m = len(rows)
@@ -69,12 +75,16 @@ def for_new_prompts(prompt_counts: list[list[float]], width: int, new_prompts: i
         return None
     quantile = float(student_t.ppf(0.975, m - 1))
     total = sum(row[0] for row in rows)
+    probs = [sum(row[1 + k] for row in rows) / total for k in range(width)]
+    own, _ = vector_ci(probs, total, rows)
     out = []
-    for k in range(width):
-        p = sum(row[1 + k] for row in rows) / total
+    for k, p in enumerate(probs):
         mean_var = sum((row[1 + k] - p * row[0]) ** 2 for row in rows) * m / (m - 1) / total ** 2
         shares = [row[1 + k] / row[0] for row in rows]
         mean_share = sum(shares) / m
         spread = sum((x - mean_share) ** 2 for x in shares) / (m - 1)
-        out.append(quantile * math.sqrt(mean_var + spread / new_prompts))
+        if new_positions:
+            noise = p * (1 - p)
+            spread = max(0.0, spread - sum(noise / row[0] for row in rows) / m) + noise / new_positions
+        out.append(max(own[k], quantile * math.sqrt(mean_var + spread / new_prompts)))
     return out

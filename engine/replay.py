@@ -114,6 +114,7 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
         if events and events[-1].finish_reason == "stopped":
             raise Stopped("measurement stopped")
         if not answer:
+            prompt_counts.append(intervals.prompt_row([0.0] * (width + 1), 0))   # a prompt, no positions
             continue
         # a stop lands between the forwards and between positions too
         p_all, q_all = answer_logits(pair, ids, answer, prob_device, should_stop)

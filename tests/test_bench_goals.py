@@ -94,10 +94,21 @@ def test_a_prediction_says_how_far_the_vectors_rank1_interval_moves_it():
     # (at most 2 tokens a step) stays at most 2
     full = SimpleNamespace(probabilities=[0.7, 0.2, 0.1], ci95=[0.05, 0.04, 0.03])
     assert bench.rank1_range(Tree.star(7), full)[1] == pytest.approx(2.0)
-    runs = [{"tokens": 30, "step_tokens": 30, "predicted_tokens_per_step_range": [2.0, 3.0]},
-            {"tokens": 60, "step_tokens": 60, "predicted_tokens_per_step_range": [4.0, 6.0]}]
+    runs = [{"tokens": 30, "step_tokens": 30, "predicted_tokens_per_step": 2.5,
+             "predicted_tokens_per_step_range": [2.0, 3.0]},
+            {"tokens": 60, "step_tokens": 60, "predicted_tokens_per_step": 5.0,
+             "predicted_tokens_per_step_range": [4.0, 6.0]}]
+    # runs of one vector move together
     assert bench._predicted_range(runs) == pytest.approx([90 / (30 / 2 + 60 / 4), 90 / (30 / 3 + 60 / 6)])
     assert bench._predicted_range(runs[:1] + [{"tokens": 5}]) is None
+    # runs of two vectors (code, prose) move independently: their shifts add in quadrature
+    apart = [{**runs[0], "acceptance_domain": "code"}, {**runs[1], "acceptance_domain": "prose"}]
+    center = 90 / (30 / 2.5 + 60 / 5)
+    down = [90 / (30 / 2 + 60 / 5) - center, 90 / (30 / 2.5 + 60 / 4) - center]
+    up = [90 / (30 / 3 + 60 / 5) - center, 90 / (30 / 2.5 + 60 / 6) - center]
+    assert bench._predicted_range(apart) == pytest.approx([center - math.hypot(*down), center + math.hypot(*up)])
+    together = bench._predicted_range(runs)
+    assert together[0] < bench._predicted_range(apart)[0] and bench._predicted_range(apart)[1] < together[1]
     seq = row("sequoia", "sequoia n=3 d=3", [10.0], predicted_tokens_per_step=2.44,
               predicted_tokens_per_step_range=[low, high], steps=20)
     line = goal(bench_goals.evaluate_goals([seq]), "T=0: sequoia n=3 d=3 predicted tokens/step")

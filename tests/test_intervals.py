@@ -71,7 +71,8 @@ def _vector(rows, domain="", temperature=0.0, interval="prompts"):
     probs = [sum(r[1] for r in rows) / n, sum(r[2] for r in rows) / n]
     ci, basis = intervals.vector_ci(probs, n, rows) if interval == "prompts" else (intervals.binomial(probs, n),
                                                                                   "positions")
-    return profiler.AcceptanceVector(probs, 1 - sum(probs), int(n), ci, "d", "t", "sequoia" if temperature else "greedy",
+    sampler = "sequoia" if temperature else "greedy"
+    return profiler.AcceptanceVector(probs, 1 - sum(probs), int(n), ci, "d", "t", sampler,
                                      temperature, 1.0, 2, len(rows), domain=domain,
                                      prompt_counts=rows if interval == "prompts" else [], interval=basis)
 
@@ -84,6 +85,13 @@ def test_pooling_code_and_prose_keeps_every_prompt():
     pooled = domains.pooled_vector([code, prose])
     assert pooled.interval == "prompts" and len(pooled.prompt_counts) == 6
     assert pooled.ci95[0] > 2 * intervals.binomial(pooled.probabilities, pooled.positions)[0]
+    # a wider part (3 ranks): its third rank counts as "none" in the pooled rows, which still add up
+    wide_rows = [[100.0, 60.0, 20.0, 10.0, 10.0]] * 3
+    wide = profiler.AcceptanceVector([0.6, 0.2, 0.1], 0.1, 300, [0.05] * 3, "d", "t", "greedy", 0.0, 1.0, 3, 3,
+                                     domain="prose", prompt_counts=wide_rows, interval="prompts")
+    narrow = domains.pooled_vector([code, wide])
+    assert narrow.width == 2 and all(row[0] == sum(row[1:]) for row in narrow.prompt_counts)
+    assert narrow.prompt_counts[-1] == [100.0, 60.0, 20.0, 20.0]
     # a part from a file that never recorded its prompts: the pooled interval is over positions
     old = _vector([[100.0, 60.0, 20.0, 20.0]] * 3, "prose", interval="positions")
     mixed = domains.pooled_vector([code, old])
@@ -110,9 +118,10 @@ def test_the_planner_caption_says_what_the_bars_are_over():
 
 
 def test_an_interval_for_new_prompts_holds_their_mean():
-    """A benchmark of 4 new prompts like the 12 measured ones (rates spread by sd 0.06): the mean
-    rate of the 4 lies inside the vector's interval for new prompts about 95 % of the time, and
-    inside its interval over prompts (for the measured mean only) far less often."""
+    """A benchmark of 4 new prompts like the 12 measured ones (rates spread by sd 0.06), answers
+    of 64 positions against 128 measured: the mean rate of the 4 lies inside the vector's
+    interval for new prompts about 95 % of the time, and inside its interval over prompts (for the
+    measured mean only) far less often."""
     rng = np.random.default_rng(11)
     held_new = held_mean = 0
     trials = 600
@@ -121,8 +130,26 @@ def test_an_interval_for_new_prompts_holds_their_mean():
         bench = _prompts(rng, np.clip(rng.normal(0.8, 0.06, 4), 0.01, 0.99), 64)
         p = sum(r[1] for r in measured) / sum(r[0] for r in measured)
         seen = sum(r[1] for r in bench) / sum(r[0] for r in bench)
-        held_new += abs(seen - p) <= intervals.for_new_prompts(measured, 1, 4)[0]
+        held_new += abs(seen - p) <= intervals.for_new_prompts(measured, 1, 4, new_positions=64)[0]
         held_mean += abs(seen - p) <= intervals.over_prompts(measured, 1)[0]
     assert 0.92 <= held_new / trials <= 0.99, held_new / trials
     assert held_mean / trials < 0.75, held_mean / trials
     assert intervals.for_new_prompts(measured[:2], 1, 4) is None
+
+
+def test_the_interval_for_new_prompts_by_hand():
+    """Three prompts, rates 0.5, 0.9, 0.9 over 100, 300, 600 positions, two new prompts: t(2) times
+    the root of the ratio estimator's variance plus the shares' sample variance over 2; with new
+    answers of 50 positions the shares' binomial noise (p(1-p) over each prompt's positions) is
+    swapped for p(1-p)/50; never narrower than the vector's own interval."""
+    rows = [[100.0, 50.0, 50.0], [300.0, 270.0, 30.0], [600.0, 540.0, 60.0]]
+    t2, p = 4.302652729911275, 0.86
+    mean_var = 1.5 * sum(r * r for r in (50 - 0.86 * 100, 270 - 0.86 * 300, 540 - 0.86 * 600)) / 1000 ** 2
+    shares = [0.5, 0.9, 0.9]
+    spread = sum((x - sum(shares) / 3) ** 2 for x in shares) / 2
+    assert intervals.for_new_prompts(rows, 1, 2) == pytest.approx([t2 * (mean_var + spread / 2) ** 0.5])
+    between = spread - sum(p * (1 - p) / n for n in (100, 300, 600)) / 3
+    shorter = t2 * (mean_var + (between + p * (1 - p) / 50) / 2) ** 0.5
+    assert intervals.for_new_prompts(rows, 1, 2, new_positions=50) == pytest.approx([shorter])
+    alike = [[100.0, 80.0, 20.0]] * 4   # no spread at all: the vector's own interval is the floor
+    assert intervals.for_new_prompts(alike, 1, 100) == pytest.approx(intervals.vector_ci([0.8], 400, alike)[0])

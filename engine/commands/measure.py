@@ -80,7 +80,8 @@ def run(args) -> int:
         print(f"{vec.domain or 'pooled'}: {vec.positions} positions over {vec.prompts} prompts in {vec.seconds:.1f} s "
               f"({vec.method}, {vec.sampler}, T={vec.temperature}, top-k={vec.top_k}, top-p={vec.top_p}); "
               f"cached at {vec.source}")
-        basis = f"its {len(vec.prompt_counts)} prompts (each one draw)" if vec.interval == "prompts" else "positions"
+        counted = sum(1 for row in vec.prompt_counts if row[0] > 0)
+        basis = f"its {counted} prompts (each one draw)" if vec.interval == "prompts" else "positions"
         print(f"  ± is the 95 % interval over {basis}")
         for k, (p, ci) in enumerate(zip(vec.probabilities, vec.ci95), start=1):
             print(f"  rank {k:2d}: {p:.3f} ± {ci:.3f}")
