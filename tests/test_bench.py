@@ -50,11 +50,11 @@ def test_bench_quick_structure(tmp_path):
             assert low <= r["predicted_tokens_per_step"] <= high, r["label"]
             for kind in r["by_kind"].values():  # and per kind of prompt
                 assert kind["predicted_tokens_per_step_range"][0] <= kind["predicted_tokens_per_step"]
-            # for a run of so few prompts: None where the vector recorded fewer than 3 prompts
+            # for a run of so few prompts: None where the vector was measured on these very prompts
+            # (--quick measures its own) or recorded fewer than 3 prompts
             few = r["predicted_tokens_per_step_range_these_prompts"]
             vector = report["acceptance"]["0" if r["temperature"] == 0 else "0.7"]
-            assert (few is None) == (vector["interval"] == "positions"), (few, vector["interval"])
-            assert few is None or few[0] <= low <= high <= few[1]
+            assert vector["measured_in_run"] and few is None, (few, vector["interval"])
         if r["method"] == "specinfer":
             assert r["width"] == 2 and r["nodes"] == 2 * (r["depth"] - 1) + 1
         if r["method"] == "ar":
@@ -184,3 +184,38 @@ def test_bench_on_a_prompt_set_with_only_the_sequoia_lanes(tmp_path):
     assert report["prompt_source"] == str(tmp_path / "set.json")
     assert {r["method"] for r in report["results"]} == {"ar", "sequoia", "sequoia-auto"}
     assert report["config"]["chain_depths"] == [] and report["config"]["specinfer"] == []
+
+
+def test_bench_predicts_a_range_for_its_few_prompts_from_a_vector_that_recorded_its_own(tmp_path):
+    """A vector measured beforehand on 3 code + 3 prose prompts records them (engine/intervals.py):
+    a bench on 2 other prompts then gives each Sequoia prediction the range a run of so few
+    prompts can expect, which holds the range rank 1's interval alone allows."""
+    draft, target = tiny_pair_dirs("llama")
+    measured = [{"kind": "code", "title": f"c{i}", "prompt": text} for i, text in
+                enumerate(["def f(x): return x", "x = [i for i in y]", "for k in range(3): print(k)"])]
+    measured += [{"kind": "prose", "title": f"p{i}", "prompt": text} for i, text in
+                 enumerate(["the cat sat on the mat", "a quiet evening by the sea", "she walked home slowly"])]
+    (tmp_path / "measured.json").write_text(json.dumps({"prompts": measured}))
+    benched = [{"kind": "code", "title": "b0", "prompt": "while n > 0: n -= 1"},
+               {"kind": "prose", "title": "b1", "prompt": "the rain fell all night long"}]
+    (tmp_path / "bench.json").write_text(json.dumps({"prompts": benched}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "SEQUOIA_CACHE": str(tmp_path / "cache")}
+
+    def run(*args):
+        done = subprocess.run([sys.executable, "-m", "engine", *map(str, args)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=240, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    run("measure", "--draft", draft, "--target", target, "--replay", "--prompt-set", tmp_path / "measured.json",
+        "--by-domain", "--temperature", "0", "--width", "8", "--tokens-per-prompt", "12")
+    out = tmp_path / "report.json"
+    run("bench", "--quick", "--draft", draft, "--target", target, "--prompt-set", tmp_path / "bench.json",
+        "--chain-depths", "none", "--specinfer", "none", "--temperatures", "0", "--json", out)
+    report = json.loads(out.read_text())
+    assert not report["acceptance"]["0"]["measured_in_run"]
+    rows = [r for r in report["results"] if r["method"] == "sequoia"]
+    assert rows
+    for r in rows:
+        low, high = r["predicted_tokens_per_step_range"]
+        few = r["predicted_tokens_per_step_range_these_prompts"]
+        assert few is not None and few[0] <= low <= r["predicted_tokens_per_step"] <= high <= few[1], r["label"]
