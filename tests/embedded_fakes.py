@@ -53,6 +53,10 @@ def target_dies(gguf: Path, out: Path, progress) -> None:
     """The target's process is killed mid-conversion (no cleanup runs); the draft's export is normal."""
     (out / "config.json").write_text("{}")
     if _role(out) == "target":
+        # os._exit skips the message queue's feeder thread: give it time to deliver "started", or
+        # on a loaded machine the parent may take the death for a failed start and go on in its
+        # own process, where this exit would end the test's process (seen with the cores busy)
+        time.sleep(2)
         os._exit(9)
     export(gguf, out, progress)
 
