@@ -67,7 +67,13 @@ def test_live_generation_draws_the_tree(served, page, tmp_path):
     before = set(ctx.sessions._items)
     open_page(page, url)
     assert wait_for(lambda: first_plan_marked(ctx, before), 60)   # the page is wired up and has planned
+    sess = next(s for key, s in list(ctx.sessions._items.items()) if key not in before)
+    shown = sess.plan
     page.locator("#sq-max-new input").fill("24")
+    # the box re-plans on blur; a click on Generate would blur it too, and a short run could end
+    # before that plan, whose "Planned ..." line would then replace the run's "Done" line
+    page.locator("#sq-max-new input").blur()
+    assert wait_for(lambda: sess.plan is not shown, 60)
     page.click("#sq-generate")
     run_ends(page, ctx)
     page.wait_for_timeout(800)  # let the last figure render
