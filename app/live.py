@@ -261,7 +261,10 @@ def build(ctx: AppContext, header: dict) -> dict:
     def replan_when_idle(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                          request: gr.Request = None):
         """The prompt or max new tokens was edited: the shown plan follows, but a running job keeps
-        the plan of the prompt it is answering (it is not re-planned for the next run's text)."""
+        the plan of the prompt it is answering (it is not re-planned for the next run's text). A
+        Live run on screen keeps its last tree and status line, as after plan_after_run: Generate's
+        own click leaves the box (the edit's plan then often lands after a short run, and its
+        "Planned ..." line replaced the run's "Done" line)."""
         sess = ctx.sessions.get(request)
         if sess.running or ctx.worker.pair is None:
             # nothing to plan for yet (the header plans once the pair is ready), or a run holds its own
@@ -269,7 +272,12 @@ def build(ctx: AppContext, header: dict) -> dict:
             sess.plan_when_run_ends()
             yield {status: gr.skip()}   # (an empty dict is not an update: gradio counts it as one value)
             return
-        yield from replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        run_on_screen = sess.live_run_on_screen()
+        for out in replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
+                          request):
+            if plan_md in out and run_on_screen:
+                out = {k: v for k, v in out.items() if k in (plan_md, plan_json)}
+            yield out
 
     def plan_after_run(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                        request: gr.Request = None):

@@ -876,3 +876,19 @@ def test_a_stop_landing_as_a_run_starts_stops_it(served, client, jobs, monkeypat
     assert replies == ["Nothing is running in this tab."] and race.stop_requested   # (the reply cannot know)
     # stopped as it ran, or (the worker slow to take it) before it started
     assert out[0] == "■ Race stopped." and [lane["finish_reason"] for lane in out[-1]["lanes"]] in (["stopped"], [])
+
+
+@pytest.mark.timeout(120)
+def test_an_edit_planned_after_a_run_leaves_the_run_on_screen(served, client, jobs):
+    """Leaving the max-new-tokens or prompt box re-plans; Generate's click is what leaves it, so
+    that plan often lands after a short run. It must update the plan line only: the run's last tree
+    and its "Done" status line stay (they were replaced by the plan's, in Chromium and in CI)."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
+    sess = served["ctx"].sessions._items[client.session_hash]
+    client.predict(*gen_args(method="sequoia", max_new_tokens=8), api_name="/generate")
+    assert not sess.running
+    for endpoint in ("/plan_on_max_new", "/plan_on_prompt"):
+        out = client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 24, api_name=endpoint)
+        assert sess.plan.spec.budget == 7, endpoint   # the plan follows the edit
+        assert "n=7" in str(out[0]), out
+        assert out[1] == out[2] == {"__type__": "update"}, (endpoint, out)   # tree and status: no new value
