@@ -258,6 +258,15 @@ def build(ctx: AppContext, header: dict) -> dict:
             out[tree] = plots.plan_figure(result.tree, vec)
         yield out
 
+    def replan_beside_run(sess, *plan_args):
+        """replan, but with a Live run on screen (finished, stopped or failed) only the plan line and
+        the plan JSON change: the run's last tree and status line stay (Replay still works)."""
+        run_on_screen = sess.live_run_on_screen()
+        for out in replan(*plan_args):
+            if plan_md in out and run_on_screen:
+                out = {k: v for k, v in out.items() if k in (plan_md, plan_json)}
+            yield out
+
     def replan_when_idle(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                          request: gr.Request = None):
         """The prompt or max new tokens was edited: the shown plan follows, but a running job keeps
@@ -272,12 +281,8 @@ def build(ctx: AppContext, header: dict) -> dict:
             sess.plan_when_run_ends()
             yield {status: gr.skip()}   # (an empty dict is not an update: gradio counts it as one value)
             return
-        run_on_screen = sess.live_run_on_screen()
-        for out in replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
-                          request):
-            if plan_md in out and run_on_screen:
-                out = {k: v for k, v in out.items() if k in (plan_md, plan_json)}
-            yield out
+        yield from replan_beside_run(sess, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v,
+                                     max_new_v, request)
 
     def plan_after_run(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                        request: gr.Request = None):
@@ -291,12 +296,8 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: gr.skip()}
             return
         sess.plan_after_run = False
-        run_on_screen = sess.live_run_on_screen()
-        for out in replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
-                          request):
-            if plan_md in out and run_on_screen:
-                out = {k: v for k, v in out.items() if k in (plan_md, plan_json)}
-            yield out
+        yield from replan_beside_run(sess, method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v,
+                                     max_new_v, request)
 
     def first_plan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                    request: gr.Request = None):
