@@ -422,7 +422,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                          load_average=load, load_average_after=load_average(),
                          **memory_of.get(s.key, dict.fromkeys(("peak_memory_bytes", "peak_memory_above_start_bytes"))),
                          **_run_prediction(s, own or vec, prof, costs, behind, temperature,
-                                           0 if own is None and measured_here else sharing[domain],
+                                           *_sharing(sharing, domain, prompt.kind, own is None and measured_here),
                                            config.max_new_tokens))
                 r.update(nodes=s.tree.size, depth=s.tree.depth)
                 if s.family == "sequoia-auto":
@@ -479,27 +479,41 @@ def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperat
 
 
 THESE_PROMPTS = "predicted_tokens_per_step_range_these_prompts"   # the range for a bench of so few prompts
+THESE_PROMPTS_OF_KIND = THESE_PROMPTS + "_of_kind"   # the same for the run's kind's row (by_kind)
 
 
 def _prompts_per_vector(pair, prompts, settings: Settings) -> Counter:
-    """How many of the bench's prompts are predicted from each vector (by domain, "" = pooled):
-    the sample of new prompts whose mean a lane's prediction for that vector is judged against."""
-    return Counter(vector_for_prompt(pair, settings, "sequoia", p.text)[1] for p in prompts)
+    """How many of the bench's prompts are predicted from each vector (by domain, "" = pooled), by
+    the prompts' kind: the sample of new prompts whose mean a lane's prediction for that vector is
+    judged against (all of them in the lane's row, those of one kind in its by_kind row)."""
+    return Counter((vector_for_prompt(pair, settings, "sequoia", p.text)[1], p.kind) for p in prompts)
+
+
+def _sharing(sharing: Counter, domain: str, kind: str, measured_on_them: bool) -> tuple[int, int]:
+    """(prompts predicted from the vector of `domain`, those of them of `kind`); (0, 0) where the
+    vector was measured on the bench's own prompts (they are not new to it: no such range)."""
+    if measured_on_them:
+        return 0, 0
+    return sum(n for (d, _), n in sharing.items() if d == domain), sharing[domain, kind]
 
 
 def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float,
-                    sharing: int = 1, tokens: int | None = None) -> dict:
+                    sharing: int = 1, sharing_of_kind: int | None = None, tokens: int | None = None) -> dict:
     """A run's own prediction, from the vector of its prompt's domain where code and prose differ
     (engine/domains.py), else the pooled one: what the planner would predict for that prompt.
     Tokens/s from the profile corrected by the step costs of this bench's warm-up and earlier
     prompts' runs (`costs`, what the app's planner does with the runs it has seen), and from the
     profile alone (`*_profile`). `sharing`: how many of the bench's prompts use this vector (0: the
-    vector was measured on them, so no range for new prompts); `tokens`: each answer's length."""
+    vector was measured on them, so no range for new prompts), `sharing_of_kind` how many of those
+    are of this run's prompt's kind (the same where code and prose have their own vectors; fewer
+    where one pooled vector serves both); `tokens`: each answer's length."""
     if spec.predicted_tokens_per_step is None:
         return {}
     out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain,
            "predicted_tokens_per_step_range": rank1_range(spec.tree, vec),
-           THESE_PROMPTS: these_prompts_range(spec.tree, vec, sharing, tokens)}
+           THESE_PROMPTS: these_prompts_range(spec.tree, vec, sharing, tokens),
+           THESE_PROMPTS_OF_KIND: these_prompts_range(spec.tree, vec, sharing if sharing_of_kind is None
+                                                      else sharing_of_kind, tokens)}
     if prof is not None:
         sampling = temperature > 0
         corrected = predict(spec.tree, vec.probabilities, costs, sampling)
@@ -844,7 +858,7 @@ def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> li
                                         / max(sum(r["steps"] for r in kr), 1)),
                     "speedup_vs_ar": _median(ks), "predicted_tokens_per_step": _predicted(kr)[0],
                     "predicted_tokens_per_step_range": _predicted_range(kr),
-                    THESE_PROMPTS: _predicted_range(kr, THESE_PROMPTS)}
+                    THESE_PROMPTS: _predicted_range(kr, THESE_PROMPTS_OF_KIND)}
             results.append(entry)
     return results
 

@@ -135,3 +135,37 @@ def test_a_prediction_says_what_a_run_of_so_few_prompts_can_expect():
               by_kind={"code": {"prompts": 4, "speedup_vs_ar": 1.0}, "prose": {"prompts": 2, "speedup_vs_ar": 1.0}})
     line = goal(bench_goals.evaluate_goals([seq]), "T=0: sequoia n=5 d=5 predicted tokens/step")
     assert "2.90-3.90 for 4 code + 2 prose prompts like the measured ones: observed" in line["detail"], line
+
+
+def test_one_vector_for_both_kinds_gives_each_kinds_row_the_range_for_that_kinds_few_prompts():
+    """Where code and prose share the pooled vector (they agree), a lane's row is judged against
+    the mean of all the bench's prompts but its by_kind rows against their own few: each run
+    carries both ranges (engine/bench.py _sharing, _run_prediction), and the kind's row must use
+    the wider one (it used the row's, which is too narrow for 2 prompts of 6)."""
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from engine import bench
+    from engine.tree import Tree
+    sharing = Counter({("", "code"): 4, ("", "prose"): 2})
+    assert bench._sharing(sharing, "", "prose", False) == (6, 2)
+    assert bench._sharing(sharing, "", "prose", True) == (0, 0)
+    assert bench._sharing(Counter({("code", "code"): 4, ("prose", "prose"): 2}), "code", "code", False) == (4, 4)
+    counts = [[400.0, 312.0, 88.0], [400.0, 336.0, 64.0], [400.0, 320.0, 80.0], [400.0, 332.0, 68.0]]
+    vec = SimpleNamespace(probabilities=[0.8125], ci95=[0.02], prompt_counts=counts, domain=None)
+    spec = SimpleNamespace(tree=Tree.chain(5), predicted_tokens_per_step=1.0)
+    got = bench._run_prediction(spec, vec, None, None, 0, 0.0, *bench._sharing(sharing, "", "prose", False), 64)
+    of_all, of_kind = got[bench.THESE_PROMPTS], got[bench.THESE_PROMPTS_OF_KIND]
+    assert of_kind[0] < of_all[0] and of_all[1] < of_kind[1]
+    runs = [{"temperature": 0.0, "key": "s", "method": "sequoia", "prompt": i, "kind": kind, "tokens": 60, "steps": 20,
+             "tokens_per_second": 5.0, "tokens_per_step": 3.0, "step_yields": [3] * 20, "draft_seconds": 1.0,
+             "verify_seconds": 2.0, "other_seconds": 0.1, "engine_other_seconds": 0.0, "finish_reason": "length",
+             "peak_memory_bytes": 1, "peak_memory_above_start_bytes": 1, "token_ids": [],
+             **bench._run_prediction(spec, vec, None, None, 0, 0.0, *bench._sharing(sharing, "", kind, False), 64)}
+            for i, kind in enumerate(["code"] * 4 + ["prose"] * 2)]
+    lane = SimpleNamespace(key="s", family="sequoia", tree=Tree.chain(5), width=1, budget=5, matched_to=None,
+                           predicted_tokens_per_step=1.0, predicted_tokens_per_second=None, predicted_speedup=None,
+                           extra={})
+    [entry] = bench.aggregate(runs, {0.0: [lane]})
+    assert entry[bench.THESE_PROMPTS] == pytest.approx(of_all)
+    assert entry["by_kind"]["prose"][bench.THESE_PROMPTS] == pytest.approx(of_kind)
