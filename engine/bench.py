@@ -509,11 +509,12 @@ def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature
     where one pooled vector serves both); `tokens`: each answer's length."""
     if spec.predicted_tokens_per_step is None:
         return {}
+    these = these_prompts_range(spec.tree, vec, sharing, tokens)
+    of_kind = sharing if sharing_of_kind is None else sharing_of_kind
     out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain,
-           "predicted_tokens_per_step_range": rank1_range(spec.tree, vec),
-           THESE_PROMPTS: these_prompts_range(spec.tree, vec, sharing, tokens),
-           THESE_PROMPTS_OF_KIND: these_prompts_range(spec.tree, vec, sharing if sharing_of_kind is None
-                                                      else sharing_of_kind, tokens)}
+           "predicted_tokens_per_step_range": rank1_range(spec.tree, vec), THESE_PROMPTS: these,
+           # one vector per kind (the shipped case): the kind's prompts are the vector's, same range
+           THESE_PROMPTS_OF_KIND: these if of_kind == sharing else these_prompts_range(spec.tree, vec, of_kind, tokens)}
     if prof is not None:
         sampling = temperature > 0
         corrected = predict(spec.tree, vec.probabilities, costs, sampling)
