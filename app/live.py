@@ -496,14 +496,18 @@ GOES_ON = {"generate": "the Live run goes on (its Stop is in the Live tab)",
            "race": "the race goes on (its Stop is in the Race tab)",
            "measure acceptance": "the acceptance measurement goes on (its Stop is in the Planner tab)",
            "profile device": "the device profile goes on (its Stop is in the Planner tab)",
-           "check pair": "the pair check goes on (its Stop is in the Models tab)"}
+           "check pair": "the pair check goes on (its Stop is in the Models tab)",
+           "load models": "the pair load goes on (its Stop is beside Load pair in the Models tab)"}
 
+
+STOPPING = "■ stopping after the current step…"   # what a tab's Stop says when it stopped its run
 
 # what a run says when it waited for the model slot and its tab's Stop took it back (app/waiting.py)
 TAKEN_BACK = "■ Stopped before it started (Stop took it back while it waited for the model)."
 
 
-def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict | None = None) -> None:
+def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict | None = None,
+              stopping: str = STOPPING) -> None:
     """A tab's Stop button: stops this tab's own jobs, takes back its `runs` (what each is called:
     the event the tab wired) that wait in Gradio's queue, and says so in the tab's status `line`
     (Session.stop_tab, stop_reply); then, once that reply is shown, puts back the line the stopped
@@ -512,7 +516,7 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict
 
     def stop(request: gr.Request):
         took_back = take_back_waiting(ctx, request, tab)
-        return stop_reply(ctx.sessions.get(request).stop_tab(tab), tab, took_back)
+        return stop_reply(ctx.sessions.get(request).stop_tab(tab), tab, took_back, stopping)
 
     def line_after_stop(request: gr.Request):
         ended = ctx.sessions.get(request).line_after_stop(tab)
@@ -574,13 +578,13 @@ def stop_if_taken_back(ctx: AppContext, request: gr.Request, tab: str, job) -> N
         job.stop()
 
 
-def stop_reply(stopped: str | None, tab: str, took_back: list[str] = ()) -> str:
+def stop_reply(stopped: str | None, tab: str, took_back: list[str] = (), stopping: str = STOPPING) -> str:
     """What a tab's Stop says (Session.stop_tab): its own run ends after the current step (its last
     line follows), its runs waiting for the model will not start, and another tab's job is left
     going (the reply says where its Stop is)."""
     nothing = ("Nothing is running in this tab." if stopped is None else
                f"Nothing is running in this tab; {GOES_ON.get(stopped, 'another job goes on')}.")
-    return stop_reply_with("■ stopping after the current step…" if stopped == tab else "", nothing, took_back)
+    return stop_reply_with(stopping if stopped == tab else "", nothing, took_back)
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

@@ -9,7 +9,7 @@ import gradio as gr
 
 from app import render, waiting
 from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back,
-                      stop_reply_with, take_back_waiting, taken_back)
+                      stop_reply_with, take_back_waiting, taken_back, wire_stop)
 from app.state import AppContext
 from engine.check import CheckConfig
 from engine.errors import UserError
@@ -72,6 +72,27 @@ def pair_markdown(info: dict | None, loading: bool = False) -> str:
     if info.get("eos_ids") is not None:
         text += f" · stops on EOS ids {', '.join(map(str, info['eos_ids'])) or 'none'}"
     return text
+
+
+STOPPING_LOAD = "■ stopping the load as its next stage starts (a download or conversion under way finishes first)…"
+
+
+def load_stopped_text(started: bool, had_pair: bool, kept: bool, now: dict | None) -> str:
+    """What a stopped load says: it never started (it waited for another job), or the pair in use
+    is still the old one (`kept`: stopped before the models loaded), or the new one is loaded
+    without a device profile (stopped while profiling), or none is (stopped after the old pair
+    was dropped to make room, or there was none)."""
+    names = f"`{now['draft']}` → `{now['target']}`" if now else ""
+    if not started:
+        return "■ Load stopped before it started. " + (f"The pair in use is {names}." if now else
+                                                       "No pair is loaded.")
+    if now is None:
+        dropped = " (the one in use was unloaded to make room for the new one)" if had_pair else ""
+        return f"■ Load stopped. No pair is loaded now{dropped}: load a pair again."
+    if kept:
+        return f"■ Load stopped before the models loaded. The pair in use is still {names}."
+    return (f"■ Load stopped while timing the device: {names} is loaded, without a device profile (the first "
+            "hardware-aware plan times the device).")
 
 
 def recommended_text(rec: dict) -> str:
@@ -213,6 +234,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                                  placeholder=f"a name under {cache_dir() / 'offload'}", elem_id="sq-offload")
     with gr.Row():
         load = gr.Button("Load pair", variant="primary", elem_id="sq-load")
+        load_stop = gr.Button("Stop", variant="stop", elem_id="sq-load-stop", scale=0, min_width=80)
         refresh = gr.Button("Refresh memory", elem_id="sq-memory-btn")
     status = gr.Markdown("", label="Load status", show_label=False, elem_id="sq-load-status")
     info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.loading), label="Pair description",
@@ -245,8 +267,14 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
 
     # ------------------------------------------------------------ handlers
     def load_models(draft_v, target_v, device_v, dtype_v, target_map_v=NO_MAP, draft_map_v=NO_MAP,
-                    max_memory_v="", offload_v="", kernels_v="fast", draft_weights_v="auto"):
+                    max_memory_v="", offload_v="", kernels_v="fast", draft_weights_v="auto",
+                    request: gr.Request = None):
         draft_v, target_v = (draft_v or "").strip(), (target_v or "").strip()
+        sess = ctx.sessions.get(request)
+        if taken_back(ctx, request, "load"):
+            yield {status: TAKEN_BACK}
+            return
+        before = ctx.worker.pair
         try:
             if not draft_v or not target_v:
                 raise UserError("give both a draft and a target (an id, a folder, or 'default')")
@@ -262,28 +290,43 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             job = ctx.worker.load(draft_v, target_v, device_v or None, dtype_v or None,
                                   cpu_kernels=kernels_v or "fast", draft_weights=draft_weights_v or "auto",
                                   **placement)
+            sess.load_job = job
+            stop_if_taken_back(ctx, request, "load", job)
         except UserError as exc:
             yield {status: f"✗ {exc}"}
             raise gr.Error(str(exc)) from None
+        sess.run_going("load")   # its Stop's reply may land after its last line (Session.line_after_stop)
         ahead = job.position
         yield {status: f"… waiting for {ahead} job(s) to finish first…" if ahead else "… loading…"}
-        try:
+        try:   # (a page that goes away leaves its load going: the pair is every page's)
             for item in job.stream():
                 if isinstance(item, Progress):
                     yield {status: progress_text(item)}
+        except GeneratorExit:   # the page went away: no last line will be shown
+            sess.run_ended("load", "")
+            raise
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "loading")
             still = ctx.worker.describe()
             keep = (f" The pair in use is still `{still['draft']}` → `{still['target']}`." if still
                     else " No pair is loaded now.")
-            yield {status: f"✗ {message}{keep}", info: pair_markdown(still),
+            yield {status: sess.run_ended("load", f"✗ {message}{keep}"), info: pair_markdown(still),
                    memory: memory_markdown(ctx.worker.memory())}
             raise gr.Error(message) from None
         desc = job.result
+        if desc is None:   # stopped (engine/jobs.py load_job says where a load can stop)
+            still = ctx.worker.describe()
+            kept = before is not None and ctx.worker.pair is before
+            said = load_stopped_text(job.started_at is not None, before is not None, kept, still)
+            yield {status: sess.run_ended("load", said),
+                   info: pair_markdown(still), memory: memory_markdown(ctx.worker.memory())}
+            return
         where = desc.get("target_device_map")
         placed_txt = f" Target placed by its device map — {_placement_text(where)}." if where else ""
-        yield {status: f"✓ Loaded `{desc['draft']}` → `{desc['target']}` on {desc['device']} ({desc['dtype']})."
-                       f"{placed_txt} Press **Check this pair** below to check that decoding on it is lossless.",
+        loaded = sess.run_ended("load", f"✓ Loaded `{desc['draft']}` → `{desc['target']}` on {desc['device']} "
+                                        f"({desc['dtype']}).{placed_txt} Press **Check this pair** below to check "
+                                        "that decoding on it is lossless.")
+        yield {status: loaded,
                info: pair_markdown(desc), memory: memory_markdown(ctx.worker.memory()), pair_json: desc,
                verdict: verdict_html(None), summary: "", report_text: "", report_json: None, check_status: ""}
 
@@ -375,6 +418,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     load_event = load.click(load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
                                                        report_json, check_status, pair_json],
                             api_name="load_models", show_progress="minimal", show_progress_on=[status], **MODEL)
+    wire_stop(ctx, load_stop, "load", status, api_name="stop_load", runs={"load": load_event},
+              stopping=STOPPING_LOAD)   # it takes back a waiting load too
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
     checked = check_btn.click(check_pair, check_mode, [check_status, verdict, summary, report_text, report_json],
                               api_name="check", show_progress="minimal", show_progress_on=[check_status], **MODEL)

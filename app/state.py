@@ -31,9 +31,10 @@ RACE_CHOICES = [("Autoregressive", "ar"), ("Chain", "chain"), ("SpecInfer k×d",
 RACE_LABELS = {v: k for k, v in RACE_CHOICES}
 MAX_SESSIONS = 256
 # the tab whose Stop stops each worker job (engine/worker.py's job names): the Live tab's runs and
-# the measurement its plan may need, the Race tab's races, the Planner's measurements, the Models check
+# the measurement its plan may need, the Race tab's races, the Planner's measurements, the Models
+# tab's check and, with the Stop beside Load pair, its load ("load")
 TAB_OF_JOB = {"generate": "live", "plan": "live", "race": "race", "measure acceptance": "planner",
-              "profile device": "planner", "check pair": "models"}
+              "profile device": "planner", "check pair": "models", "load models": "load"}
 
 
 @dataclass
@@ -46,6 +47,7 @@ class Session:
     aux: Any = None                       # the Planner's measurement or profile
     plan_jobs: list = field(default_factory=list)   # the measurements Live re-plans needed (add_plan_job)
     check_job: Any = None                 # the Models tab's pair check
+    load_job: Any = None                  # the Models tab's pair load
     events: list = field(default_factory=list)   # StepEvents of the last Live run (for replay)
     run_info: dict = field(default_factory=dict)  # greedy, sampler, planned vector, label, ...
     live: tuple = (0, None, None)
@@ -56,7 +58,7 @@ class Session:
     plan_asks: int = 0                    # plans asked for by this page, Generate's included
     plan_after_run: bool = False          # a control that re-plans was changed while a run went
     plan_profile: Any = None              # the device profile's stamp when the header last planned
-    # per tab ("live", "race", "planner"): the status line its last run ended with (None while it
+    # per tab ("live", "race", "planner", "load"): the status line its last run ended with (None while it
     # goes), and the tabs whose going run this page's last Stop stopped (see line_after_stop)
     ended_with: dict = field(default_factory=dict)
     stopped_going: set = field(default_factory=set)
@@ -104,7 +106,8 @@ class Session:
 
     def jobs_going(self) -> list:
         """This session's jobs that have not finished (queued or running)."""
-        return [job for job in (self.job, self.aux, *self.plan_jobs, self.check_job) if job is not None and not job.done]
+        return [job for job in (self.job, self.aux, *self.plan_jobs, self.check_job, self.load_job)
+                if job is not None and not job.done]
 
     def add_plan_job(self, job) -> None:
         """A Live re-plan's measurement. Each re-plan that finds nothing measured submits one (two
@@ -114,8 +117,9 @@ class Session:
             self.plan_jobs = [going for going in self.plan_jobs if not going.done] + [job]
 
     def stop_all(self) -> bool:
-        """Stop every job of this session (the page went away); True if something was running or queued."""
-        going = self.jobs_going()
+        """Stop every job of this session (the page went away) but a pair load, which every page
+        uses; True if something was running or queued."""
+        going = [job for job in self.jobs_going() if job is not self.load_job]
         for job in going:
             job.stop()
         return bool(going)

@@ -42,13 +42,22 @@ class LaneEvent:
 
 
 # ---------------------------------------------------------------- job bodies (run on the worker thread)
+LOAD_STOPS_AT = ("tokenizers", "target", "draft")   # a Stop ends a load as one of these stages starts
+
+
 def load_job(ctx, draft, target, device, dtype, **placement):
+    """Load a pair; a Stop ends it as its next model stage starts (LOAD_STOPS_AT: a download or a
+    conversion under way finishes first, and what it wrote is kept for the next load), or while
+    the device is profiled (the pair then stays loaded, unprofiled). Stopped before the models
+    load, the old pair stays in use; once the old pair is dropped, nothing is loaded."""
     from engine.models import load_pair
     worker = ctx.worker
     worker.loading = True
     dropped = {"done": False}
 
     def progress(stage, fraction, message):
+        if stage in LOAD_STOPS_AT and ctx.should_stop():
+            raise profiler.Stopped("load stopped")
         # the tokenizers are checked before the models load: only then drop the old pair, so a
         # typo or a mismatched pair leaves the loaded one in place
         if stage in ("target", "draft") and not dropped["done"]:
@@ -57,10 +66,17 @@ def load_job(ctx, draft, target, device, dtype, **placement):
             gc.collect()
         ctx.progress(fraction, message)
 
+    stopped = False
     try:
         pair = load_pair(draft, target, device=device, dtype=dtype, progress=progress, **placement)
+    except profiler.Stopped:
+        stopped = True   # raised again below, once this traceback (which holds the loaded models) is gone
     finally:
         worker.loading = False
+    if stopped:   # a target loaded before the Stop is unreferenced now: free it (and its heap)
+        from engine.worker import release_device_memory
+        release_device_memory()
+        raise profiler.Stopped("load stopped")
     worker._pair = pair
     worker.last_error = None
     budget = profile_budget(pair, worker.profile_budget)

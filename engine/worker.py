@@ -451,7 +451,7 @@ class Worker:
                 if not isinstance(exc, (UserError, TreeError)):
                     log.error("job %s (%s) failed:\n%s", job.id, job.name, traceback.format_exc())
                 self.last_error = f"{job.name}: {exc}"
-                _release_device_memory()  # e.g. after an out-of-memory error
+                release_device_memory()  # e.g. after an out-of-memory error
                 job._finish(FAILED, exc)
         finally:
             with self._lock:
@@ -493,8 +493,11 @@ def _prompt_ids(pair, prompt: str | None) -> list[int] | None:
         return None
 
 
-def _release_device_memory() -> None:
+def release_device_memory() -> None:
+    """Free what a failed or stopped job left unreferenced, and hand the heap back to the OS."""
+    from engine.cpu_kernels import release_freed_memory
     gc.collect()
+    release_freed_memory()
     try:
         import torch
         if torch.cuda.is_available():

@@ -322,14 +322,16 @@ def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_i
 
 
 SLOT_OF_JOB = {"generate": "job", "race": "job", "plan": "plan_jobs", "measure acceptance": "aux",
-               "profile device": "aux", "check pair": "check_job"}
+               "profile device": "aux", "check pair": "check_job", "load models": "load_job"}
+PAGE_TAB = {"load": "Models"}   # the tab a Stop that is not a tab's own is in
 
 
 @pytest.mark.parametrize("job_name,tab,other", [("race", "live", "planner"), ("generate", "race", "planner"),
                                                 ("plan", "race", "planner"),
                                                 ("measure acceptance", "live", "race"),
                                                 ("profile device", "race", "live"),
-                                                ("check pair", "planner", "live")])
+                                                ("check pair", "planner", "live"),
+                                                ("load models", "live", "models")])
 def test_a_tabs_stop_leaves_another_tabs_job_going_and_says_where_its_stop_is(job_name, tab, other):
     """Each tab's Stop stops only its own tab's jobs: the Live Stop pressed while a race goes
     leaves the race running (it stopped it before) and says the race's Stop is in the Race tab."""
@@ -345,10 +347,33 @@ def test_a_tabs_stop_leaves_another_tabs_job_going_and_says_where_its_stop_is(jo
         stopped = sess.stop_tab(pressed)
         assert not job.done and stopped == job_name, (pressed, stopped)
         reply = stop_reply(stopped, pressed)
-        assert reply.startswith("Nothing is running in this tab;") and f"{owner.title()} tab" in reply, reply
+        assert reply.startswith("Nothing is running in this tab;") and (
+            f"{PAGE_TAB.get(owner, owner.title())} tab" in reply), reply
         assert sess.line_after_stop(pressed) is None
     assert sess.stop_tab(owner) == owner and job.done
     assert stop_reply(owner, owner).startswith("■ stopping after")
+
+
+def test_a_page_that_goes_away_leaves_its_pair_load_going():
+    """A pair load is every page's: the page that asked for it going away stops its runs, not it."""
+    from app.state import Session
+    sess = Session()
+    sess.job, sess.load_job = _Job("generate"), _Job("load models")
+    assert sess.stop_all() and sess.job.done and not sess.load_job.done
+
+
+def test_a_stopped_load_says_which_pair_is_in_use():
+    from app.models_tab import load_stopped_text
+    pair = {"draft": "d", "target": "t"}
+    assert load_stopped_text(True, True, True, pair) == ("■ Load stopped before the models loaded. The pair in "
+                                                         "use is still `d` → `t`.")
+    assert "`d` → `t` is loaded, without a device profile" in load_stopped_text(True, True, False, pair)
+    assert "unloaded to make room" in load_stopped_text(True, True, False, None)
+    assert load_stopped_text(True, False, False, None) == "■ Load stopped. No pair is loaded now: load a pair again."
+    # stopped while it waited behind another job (the app's first load, say): whatever pair that left
+    assert load_stopped_text(False, False, False, pair) == ("■ Load stopped before it started. The pair in use is "
+                                                            "`d` → `t`.")
+    assert load_stopped_text(False, False, False, None) == "■ Load stopped before it started. No pair is loaded."
 
 
 def test_a_side_job_of_one_tab_never_hides_another_tabs_from_its_stop():

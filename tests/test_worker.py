@@ -244,6 +244,77 @@ def test_failed_load_keeps_the_loaded_pair(worker, tmp_path):
     assert worker.status()["pair"]["target"] == before.target_name
 
 
+def test_a_load_stopped_before_its_models_load_keeps_the_loaded_pair(worker, monkeypatch):
+    """The Models tab's Stop beside Load pair: a load stopped while its tokenizers load ends as
+    the target's stage starts, before the old pair is dropped; the old pair stays in use."""
+    from engine import models
+    before, real, last_error = worker.pair, models._load_tokenizer, worker.last_error
+
+    def stopped_meanwhile(source):
+        worker.current.stop()   # the load job: Stop pressed while the tokenizers load
+        return real(source)
+
+    monkeypatch.setattr(models, "_load_tokenizer", stopped_meanwhile)
+    draft, target = tiny_pair_dirs("llama")
+    job = worker.load(str(draft), str(target), "cpu", "float32")
+    assert job.wait(120) is None and job.state == STOPPED
+    assert worker.pair is before and not worker.loading and worker.last_error == last_error
+    monkeypatch.undo()
+    assert steps(worker.generate("hello", MethodSpec("chain", depth=2), Settings(max_new_tokens=4)))[-1].done
+
+
+def test_a_load_stopped_after_its_target_loaded_frees_it_and_says_nothing_is_loaded(monkeypatch):
+    """Stopped while the target loads (the old pair already dropped to make room), the load ends as
+    the draft's stage starts: no pair is loaded, nothing keeps the target it had loaded alive, and
+    a pair loads again."""
+    import weakref
+    from engine import models
+    real, loaded = models._load_model, []
+
+    def stopped_while_the_target_loads(source, device, dtype, placement, role, *args, **kwargs):
+        model, kernels = real(source, device, dtype, placement, role, *args, **kwargs)
+        if role == "target":
+            loaded.append(weakref.ref(model))
+            w.current.stop()
+        return model, kernels
+
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(profile_on_load=False)
+    try:
+        w.load(str(draft), str(target), "cpu", "float32").wait(120)
+        monkeypatch.setattr(models, "_load_model", stopped_while_the_target_loads)
+        job = w.load(str(draft), str(target), "cpu", "float32")
+        assert job.wait(120) is None and job.state == STOPPED
+        assert w.pair is None and not w.loading and len(loaded) == 1 and loaded[0]() is None
+        monkeypatch.undo()
+        w.load(str(draft), str(target), "cpu", "float32").wait(120)   # and a pair loads again
+        assert w.pair is not None
+    finally:
+        w.close()
+
+
+def test_a_load_stopped_while_profiling_leaves_the_new_pair_loaded_unprofiled(tmp_path, monkeypatch):
+    """A Stop during the first load's device profile ends the load with the new pair in use and no
+    profile cached (the Models tab says so: the first hardware-aware plan times the device)."""
+    from engine import profiler
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    real = profiler.profile_device
+
+    def stopped_meanwhile(pair, **kwargs):
+        w.current.stop()
+        return real(pair, **kwargs)
+
+    monkeypatch.setattr(profiler, "profile_device", stopped_meanwhile)
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(profile_budget=4)
+    try:
+        job = w.load(str(draft), str(target), "cpu", "float32")
+        assert job.wait(120) is None and job.state == STOPPED
+        assert w.pair is not None and profiler.cached_profile(w.pair) is None and not w.loading
+    finally:
+        w.close()
+
+
 def test_measure_and_cached_acceptance_keep_top_k_apart(worker):
     """A vector measured with top-k is stored under its own key and found only with that top-k
     (the Planner tab's Measure button and its chart pass the Live tab's top-k)."""

@@ -858,6 +858,56 @@ def test_a_run_waiting_for_the_model_is_taken_back_by_its_tabs_stop(served, clie
 
 
 @pytest.mark.timeout(120)
+def test_a_pair_load_can_be_stopped_and_leaves_the_loaded_pair_in_use(served, client, reference, jobs,
+                                                                      monkeypatch):
+    """The Stop beside Load pair: pressed while the tokenizers load, the load ends before the
+    models load, says the pair in use is still the old one, and decoding on it stays exact."""
+    from app.models_tab import STOPPING_LOAD
+    from engine import models
+    ctx, real, replies = served["ctx"], models._load_tokenizer, []
+    pair = ctx.worker.pair
+
+    def stop_pressed_meanwhile(source):
+        if not replies:
+            assert wait_for(lambda: getattr(ctx.sessions._items.get(client.session_hash), "load_job", None), 10)
+            replies.append(client.predict(api_name="/stop_load"))
+        return real(source)
+
+    monkeypatch.setattr(models, "_load_tokenizer", stop_pressed_meanwhile)
+    out = client.predict(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")
+    assert replies == [STOPPING_LOAD]
+    assert out[0] == (f"■ Load stopped before the models loaded. The pair in use is still `{served['draft']}` → "
+                      f"`{served['target']}`."), out[0]
+    assert [(j.name, j.state) for j in jobs] == [("load models", "stopped")] and ctx.worker.pair is pair
+    assert client.predict(api_name="/stop_load") == "Nothing is running in this tab."
+    monkeypatch.undo()
+    still_exact(client, reference)
+
+
+@pytest.mark.timeout(120)
+def test_a_pair_load_waiting_for_the_model_is_taken_back_by_its_stop(served, client, jobs):
+    """Load pair pressed while the page's Live run goes waits in Gradio's queue (one model group);
+    the Stop beside it takes it back: it never reaches the worker, and the Live run goes on."""
+    from app import waiting
+    ctx = served["ctx"]
+    pair = ctx.worker.pair
+    run = client.submit(*gen_args(max_new_tokens=8000, method="ar"), api_name="/generate")   # stopped below
+    try:
+        assert wait_for(lambda: any(j.name == "generate" and j.state == "running" for j in jobs), 30)
+        live = next(j for j in jobs if j.name == "generate")
+        load = client.submit(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")
+        assert wait_for(lambda: len(waiting.waiting(ctx.sessions.blocks, client.session_hash,
+                                                    ctx.run_events["load"])) == 1, 30)
+        assert client.predict(api_name="/stop_load") == "■ The load waiting for the model will not start."
+        assert live.state == "running" and not live.stop_requested
+        assert client.predict(api_name="/stop").startswith("■ stopping after the current step")
+        assert "Stop took it back" in load.result(timeout=60)[0]
+    finally:
+        run.cancel()
+    assert [j.name for j in jobs] == ["generate"] and ctx.worker.pair is pair
+
+
+@pytest.mark.timeout(120)
 def test_a_stop_landing_as_a_run_starts_stops_it(served, client, jobs, monkeypatch):
     """A Stop that lands after a run's handler has looked for a take-back but before its job is
     stored finds nothing to stop and only marks the event: the handler looks once more when its
