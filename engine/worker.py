@@ -451,6 +451,9 @@ class Worker:
                 if not isinstance(exc, (UserError, TreeError)):
                     log.error("job %s (%s) failed:\n%s", job.id, job.name, traceback.format_exc())
                 self.last_error = f"{job.name}: {exc}"
+                # the job keeps its error for its reader; its frames' locals (a load's half-loaded
+                # models, say) must not stay alive with it
+                traceback.clear_frames(exc.__traceback__)
                 release_device_memory()  # e.g. after an out-of-memory error
                 job._finish(FAILED, exc)
         finally:

@@ -293,6 +293,37 @@ def test_a_load_stopped_after_its_target_loaded_frees_it_and_says_nothing_is_loa
         w.close()
 
 
+def test_a_load_that_fails_after_its_models_loaded_does_not_keep_them(monkeypatch):
+    """A failed job keeps its error (the page holds the job till the next load); the models a load
+    had loaded before failing (here: the tree-mask probe refuses the target) must not stay alive
+    in that error's frames."""
+    import weakref
+    from engine import models
+    real, loaded = models._load_model, []
+
+    def recorded(*args, **kwargs):
+        model, kernels = real(*args, **kwargs)
+        loaded.append(weakref.ref(model))
+        return model, kernels
+
+    def refused(model, name):
+        raise UserError(f"{name} ignores custom 4-D attention masks (a test's stand-in)")
+
+    draft, target = tiny_pair_dirs("llama")
+    w = Worker(profile_on_load=False)
+    try:
+        monkeypatch.setattr(models, "_load_model", recorded)
+        monkeypatch.setattr(models, "probe_tree_mask", refused)
+        # PyTorch's own kernels: the probe runs once both models are loaded (the fast path probes
+        # each model as it packs it)
+        job = w.load(str(draft), str(target), "cpu", "float32", cpu_kernels="default")
+        with pytest.raises(UserError, match="ignores custom 4-D attention masks"):
+            job.wait(120)
+        assert job.state == FAILED and len(loaded) == 2 and [ref() for ref in loaded] == [None, None]
+    finally:
+        w.close()
+
+
 def test_a_load_stopped_while_profiling_leaves_the_new_pair_loaded_unprofiled(tmp_path, monkeypatch):
     """A Stop during the first load's device profile ends the load with the new pair in use and no
     profile cached (the Models tab says so: the first hardware-aware plan times the device)."""
