@@ -26,6 +26,7 @@ TEXT_INTERVAL = 0.05  # text and metric cards: at most 20 per second (step data 
 # the run decodes on; at 2 per second a Live run of the embedded pair ran 1.12x slower (bench/live_browser_cost.py)
 ACC_INTERVAL = 2.0
 READY = "Ready. Press **Generate**; move the budget or temperature to re-plan."  # the status line, no run yet
+NO_PAIR = "No model pair is loaded: load one in the Models tab."   # ... and no pair (a load stopped or failed)
 MODEL = dict(concurrency_id="model", concurrency_limit=1)
 LIGHT = dict(concurrency_limit=None)
 # Events the page wires to itself (a re-plan on each edit, the plan after a run, the page's first
@@ -318,9 +319,11 @@ def build(ctx: AppContext, header: dict) -> dict:
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
                                 "**Measure** in the Planner tab.",
                         tree: plots.empty_figure("The tree appears after the first plan or step.")}
-            if ctx.worker.pair is None:
+            if ctx.worker.pair is None and ctx.worker.load_underway:
                 msg = ("The model pair is still loading (see the header). Press **Generate** any time: the run "
                        "starts as soon as the pair is ready.")
+            elif ctx.worker.pair is None:
+                msg = NO_PAIR
             else:
                 msg = str(exc)
             return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}

@@ -237,8 +237,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         load_stop = gr.Button("Stop", variant="stop", elem_id="sq-load-stop", scale=0, min_width=80)
         refresh = gr.Button("Refresh memory", elem_id="sq-memory-btn")
     status = gr.Markdown("", label="Load status", show_label=False, elem_id="sq-load-status")
-    info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.loading), label="Pair description",
-                       show_label=False, elem_id="sq-pair-info")
+    info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.load_underway),
+                       label="Pair description", show_label=False, elem_id="sq-pair-info")
     memory = gr.Markdown(memory_markdown(ctx.worker.memory()), label="Memory", show_label=False, elem_id="sq-memory")
     use_recommended = gr.Button("Use the target's recommended sampling in Live and Race", size="sm",
                                 elem_id="sq-use-recommended")
@@ -331,7 +331,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                verdict: verdict_html(None), summary: "", report_text: "", report_json: None, check_status: ""}
 
     def show_memory():
-        return memory_markdown(ctx.worker.memory()), pair_markdown(ctx.worker.describe(), ctx.worker.loading)
+        return (memory_markdown(ctx.worker.memory()),
+                pair_markdown(ctx.worker.describe(), ctx.worker.load_underway))
 
     def check_pair(mode_v, request: gr.Request):
         sess = ctx.sessions.get(request)
@@ -340,7 +341,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             return
         try:
             config = check_config(mode_v)
-            if ctx.worker.pair is None and not ctx.worker.loading:
+            if ctx.worker.pair is None and not ctx.worker.load_underway:
                 raise UserError("no model pair is loaded: load one above first")
             job = sess.check_job = ctx.worker.check(config)
             stop_if_taken_back(ctx, request, "models", job)

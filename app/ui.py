@@ -11,7 +11,7 @@ import weakref
 
 import gradio as gr
 
-from app import live, models_tab, planner_tab, race, render
+from app import live, models_tab, planner_tab, plots, race, render
 from app.state import AppContext
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,16 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             seen = getattr(sess, "plan_pair", None)
             new_pair = seen is None or seen() is not pair
             stamp = ctx.worker.profile_stamp()
+            if pair is None and not ctx.worker.loading and seen is not None:
+                # the pair this page planned for is gone (a load stopped or failed after dropping
+                # it to make room): its plan line must not stay up as if it could still run
+                sess.plan_pair = None
+                out.update(pair_now())
+                out[plan_md], out[plan_json] = render.plan_line(None), {}
+                if not sess.live_run_on_screen():   # a run's own tree and last line stay
+                    out[live_parts["status"]] = live.NO_PAIR
+                    out[live_parts["tree"]] = plots.empty_figure("The tree appears after the first plan or step.")
+                return out
             if pair is None or ctx.worker.loading or (not new_pair and sess.plan_profile == stamp):
                 return out
             if new_pair:

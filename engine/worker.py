@@ -230,6 +230,13 @@ class Worker:
     def current(self) -> Job | None:
         return self._current
 
+    @property
+    def load_underway(self) -> bool:
+        """A pair load runs, or waits in the queue (and was not stopped): the pair is coming."""
+        with self._lock:
+            jobs = ([self._current] if self._current else []) + list(self._pending)
+        return self.loading or any(job.name == "load models" and not job.stop_requested for job in jobs)
+
     def describe(self) -> dict | None:
         pair = self._pair
         return pair.describe() if pair is not None else None
@@ -241,11 +248,12 @@ class Worker:
         if cur is not None and cur.background:  # shown, but the worker counts as idle: any job goes first
             return {"pair": self.describe(), "job": None, "job_id": None, "state": "idle",
                     "message": f"idle · {act['message']}", "fraction": None, "step": None, "queued": queued,
-                    "loading": self.loading, "last_error": self.last_error, "background": act["message"]}
+                    "loading": self.load_underway, "last_error": self.last_error,
+                    "background": act["message"]}
         return {"pair": self.describe(), "job": cur.name if cur else None, "job_id": cur.id if cur else None,
                 "state": "busy" if cur else "idle", "message": act["message"] if cur else "idle",
                 "fraction": act["fraction"] if cur else None, "step": act["step"] if cur else None,
-                "queued": queued, "loading": self.loading, "last_error": self.last_error}
+                "queued": queued, "loading": self.load_underway, "last_error": self.last_error}
 
     def memory(self) -> dict:
         out = {}

@@ -363,22 +363,50 @@ def test_the_check_can_be_stopped(served, client, jobs):
 
 # ================================================================== the plan line after a late load
 @pytest.mark.timeout(120)
-def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading():
+def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading(monkeypatch):
+    """The page opened while the pair loads (here: its load waits behind another job) says so and
+    plans once it is ready; with no load underway it says to load one; the plan line is taken down
+    when the pair is gone (a load stopped after dropping it), and back once a pair loads again."""
+    from app.live import NO_PAIR
+    from engine import models
     draft, target = tiny_pair_dirs("llama")
     demo, ctx, url = launch(draft, target, load=False)
     try:
         page = Client(url, verbose=False)
         plan_args = ("ar", 8, 4, False, 0, 1)
-        first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")  # the page opens: no pair yet
-        assert "still loading" in first[2] and "No pair loaded" in first[5]
+        first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")   # no pair, no load
+        assert first[2] == NO_PAIR and "No pair loaded" in first[5]
+        release = threading.Event()
+        ctx.worker.submit("a job ahead", lambda job_ctx: release.wait(60))
+        load = ctx.worker.load(str(draft), str(target), "cpu", "float32")   # waits behind it
+        first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")   # the page opens: no pair yet
+        assert "still loading" in first[2] and "Loading the model pair" in first[5]
         # an example picked (or the prompt box left) meanwhile raises nothing and keeps that message
         page.predict(*plan_args, 0, "Tell me a story", 64, api_name="/plan_on_prompt")
-        ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+        release.set()
+        load.wait(120)
         header, plan_line, _tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
         assert "Plan:" in plan_line and "autoregressive" in plan_line, plan_line
         assert plan["size"] == 1 and isinstance(status, str) and status.startswith("Ready."), status
         assert str(target) in info and "model weights" in memory  # the Models tab follows too
         assert str(target) in header
+        real = models._load_model
+
+        def stopped_as_the_target_loads(*args, **kwargs):
+            ctx.worker.current.stop()
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(models, "_load_model", stopped_as_the_target_loads)
+        ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+        assert ctx.worker.pair is None
+        header, plan_line, tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
+        assert "No plan yet." in plan_line and plan == {} and status == NO_PAIR and "No pair loaded." in info
+        assert "The tree appears after the first plan" in json.dumps(tree), tree   # the old plan's tree is gone
+        assert page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")[2] == NO_PAIR   # a page opened now
+        monkeypatch.undo()
+        ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
+        header, plan_line, _tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
+        assert "Plan:" in plan_line and plan["size"] == 1 and status.startswith("Ready."), (plan_line, status)
     finally:
         demo.close()
         ctx.worker.close()
