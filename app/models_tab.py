@@ -15,6 +15,7 @@ from engine.check import CheckConfig
 from engine.errors import UserError
 from engine.models import parse_max_memory
 from engine.paths import cache_dir
+from engine import jobs
 from engine.jobs import Progress
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]
@@ -77,22 +78,19 @@ def pair_markdown(info: dict | None, loading: bool = False) -> str:
 STOPPING_LOAD = "■ stopping the load as its next stage starts (a download or conversion under way finishes first)…"
 
 
-def load_stopped_text(started: bool, had_pair: bool, kept: bool, now: dict | None) -> str:
-    """What a stopped load says: it never started (it waited for another job), or the pair in use
-    is still the old one (`kept`: stopped before the models loaded), or the new one is loaded
-    without a device profile (stopped while profiling), or none is (stopped after the old pair
-    was dropped to make room, or there was none)."""
+def load_stopped_text(started: bool, stopped_with: str | None, now: dict | None) -> str:
+    """What a stopped load says (`stopped_with`: engine/jobs.py load_job), with the pair in use now."""
     names = f"`{now['draft']}` → `{now['target']}`" if now else ""
-    if not started:
-        return "■ Load stopped before it started. " + (f"The pair in use is {names}." if now else
-                                                       "No pair is loaded.")
-    if now is None:
-        dropped = " (the one in use was unloaded to make room for the new one)" if had_pair else ""
-        return f"■ Load stopped. No pair is loaded now{dropped}: load a pair again."
-    if kept:
-        return f"■ Load stopped before the models loaded. The pair in use is still {names}."
-    return (f"■ Load stopped while timing the device: {names} is loaded, without a device profile (the first "
-            "hardware-aware plan times the device).")
+    in_use = f"The pair in use is {names}." if now else "No pair is loaded."
+    if not started:   # it waited behind another job (the app's first load, say)
+        return f"■ Load stopped before it started. {in_use}"
+    if stopped_with == jobs.UNPROFILED and now:
+        return (f"■ Load stopped while timing the device: {names} is loaded, without a device profile (the first "
+                "hardware-aware plan times the device).")
+    if stopped_with == jobs.DROPPED_THE_PAIR:
+        return ("■ Load stopped. No pair is loaded now (the one in use was unloaded to make room for the new one): "
+                "load a pair again.")
+    return f"■ Load stopped before the models loaded. {in_use}"
 
 
 def recommended_text(rec: dict) -> str:
@@ -274,7 +272,6 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         if taken_back(ctx, request, "load"):
             yield {status: TAKEN_BACK}
             return
-        before = ctx.worker.pair
         try:
             if not draft_v or not target_v:
                 raise UserError("give both a draft and a target (an id, a folder, or 'default')")
@@ -316,8 +313,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         desc = job.result
         if desc is None:   # stopped (engine/jobs.py load_job says where a load can stop)
             still = ctx.worker.describe()
-            kept = before is not None and ctx.worker.pair is before
-            said = load_stopped_text(job.started_at is not None, before is not None, kept, still)
+            said = load_stopped_text(job.started_at is not None, job.stopped_with, still)
             yield {status: sess.run_ended("load", said),
                    info: pair_markdown(still), memory: memory_markdown(ctx.worker.memory())}
             return

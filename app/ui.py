@@ -82,7 +82,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             seen = getattr(sess, "plan_pair", None)
             new_pair = seen is None or seen() is not pair
             stamp = ctx.worker.profile_stamp()
-            if pair is None and not ctx.worker.loading and seen is not None:
+            if pair is None and not ctx.worker.load_underway and seen is not None:
                 # the pair this page planned for is gone (a load stopped or failed after dropping
                 # it to make room): its plan line must not stay up as if it could still run
                 sess.plan_pair = None

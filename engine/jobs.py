@@ -42,26 +42,31 @@ class LaneEvent:
 
 
 # ---------------------------------------------------------------- job bodies (run on the worker thread)
-LOAD_STOPS_AT = ("tokenizers", "target", "draft")   # a Stop ends a load as one of these stages starts
+# a Stop ends a load as one of these stages starts; the last one comes once both models are loaded
+LOAD_STOPS_AT = ("tokenizers", "target", "draft", "probe")
+# what a stopped load left in place (Job.stopped_with; the Models tab says it)
+KEPT_THE_PAIR, DROPPED_THE_PAIR, UNPROFILED = "kept the pair in use", "dropped the pair in use", "not profiled"
 
 
 def load_job(ctx, draft, target, device, dtype, **placement):
-    """Load a pair; a Stop ends it as its next model stage starts (LOAD_STOPS_AT: a download or a
+    """Load a pair; a Stop ends it as its next stage starts (LOAD_STOPS_AT: a download or a
     conversion under way finishes first, and what it wrote is kept for the next load), or while
-    the device is profiled (the pair then stays loaded, unprofiled). Stopped before the models
-    load, the old pair stays in use; once the old pair is dropped, nothing is loaded."""
+    the device is profiled. Its job's `stopped_with` then says what it left: KEPT_THE_PAIR (no
+    model had started loading: the pair in use, if any, stays), DROPPED_THE_PAIR (the pair in use
+    was dropped to make room: none is loaded), UNPROFILED (the new pair is loaded, not profiled)."""
     from engine.models import load_pair
     worker = ctx.worker
     worker.loading = True
-    dropped = {"done": False}
+    dropped = {"done": False, "pair": False}
 
     def progress(stage, fraction, message):
         if stage in LOAD_STOPS_AT and ctx.should_stop():
+            ctx.job.stopped_with = DROPPED_THE_PAIR if dropped["pair"] else KEPT_THE_PAIR
             raise profiler.Stopped("load stopped")
         # the tokenizers are checked before the models load: only then drop the old pair, so a
         # typo or a mismatched pair leaves the loaded one in place
         if stage in ("target", "draft") and not dropped["done"]:
-            dropped["done"] = True
+            dropped.update(done=True, pair=worker._pair is not None)
             worker._pair = None
             gc.collect()
         ctx.progress(fraction, message)
@@ -69,15 +74,15 @@ def load_job(ctx, draft, target, device, dtype, **placement):
     stopped = False
     try:
         pair = load_pair(draft, target, device=device, dtype=dtype, progress=progress, **placement)
+        worker._pair = pair   # before `loading` clears: the page never sees neither
     except profiler.Stopped:
         stopped = True   # raised again below, once this traceback (which holds the loaded models) is gone
     finally:
         worker.loading = False
-    if stopped:   # a target loaded before the Stop is unreferenced now: free it (and its heap)
+    if stopped:   # models loaded before the Stop are unreferenced now: free them (and their heap)
         from engine.worker import release_device_memory
         release_device_memory()
         raise profiler.Stopped("load stopped")
-    worker._pair = pair
     worker.last_error = None
     budget = profile_budget(pair, worker.profile_budget)
     # a profile timed to fewer sizes (a CLI `profile --max-budget 8` writes the same cache entry)
@@ -88,6 +93,7 @@ def load_job(ctx, draft, target, device, dtype, **placement):
         ctx.progress(0.95, f"profiling this device once (t(n) up to n = {budget}; cached)")
         # few rounds even on a noisy machine: CLI runs correct it (engine/observed.py), and on a
         # machine whose speed drifts more rounds do not narrow the spread (up to 15 took 48 s here)
+        ctx.job.stopped_with = UNPROFILED   # if a Stop ends the profile
         prof = profiler.profile_device(pair, max_budget=budget, max_width=min(budget, 16), repeats=3,
                                        max_repeats=FIRST_LOAD_MAX_ROUNDS, progress=ctx.progress,
                                        should_stop=ctx.should_stop)

@@ -64,6 +64,7 @@ class Job:
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.background = False  # a unit of background measurement (engine/refine.py): any job stops it
+        self.stopped_with: str | None = None   # what a stopped job left in place, where it says (a load)
         self._items: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._finished = threading.Event()
@@ -461,7 +462,7 @@ class Worker:
                 self.last_error = f"{job.name}: {exc}"
                 # the job keeps its error for its reader; its frames' locals (a load's half-loaded
                 # models, say) must not stay alive with it
-                traceback.clear_frames(exc.__traceback__)
+                _clear_frames(exc)
                 release_device_memory()  # e.g. after an out-of-memory error
                 job._finish(FAILED, exc)
         finally:
@@ -502,6 +503,19 @@ def _prompt_ids(pair, prompt: str | None) -> list[int] | None:
     except Exception:  # noqa: BLE001 - a plan without the prompt's memory beats no plan
         log.warning("could not encode the prompt for its memory", exc_info=True)
         return None
+
+
+def _clear_frames(exc: BaseException) -> None:
+    """Clear the locals of every frame of `exc`'s traceback and of the exceptions it was raised
+    from or during (`raise ... from None` keeps __context__ and its frames)."""
+    seen, chained = set(), [exc]
+    while chained:
+        exc = chained.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        chained += [exc.__cause__, exc.__context__]
 
 
 def release_device_memory() -> None:

@@ -364,16 +364,17 @@ def test_a_page_that_goes_away_leaves_its_pair_load_going():
 
 def test_a_stopped_load_says_which_pair_is_in_use():
     from app.models_tab import load_stopped_text
+    from engine.jobs import DROPPED_THE_PAIR, KEPT_THE_PAIR, UNPROFILED
     pair = {"draft": "d", "target": "t"}
-    assert load_stopped_text(True, True, True, pair) == ("■ Load stopped before the models loaded. The pair in "
-                                                         "use is still `d` → `t`.")
-    assert "`d` → `t` is loaded, without a device profile" in load_stopped_text(True, True, False, pair)
-    assert "unloaded to make room" in load_stopped_text(True, True, False, None)
-    assert load_stopped_text(True, False, False, None) == "■ Load stopped. No pair is loaded now: load a pair again."
+    assert load_stopped_text(True, KEPT_THE_PAIR, pair) == ("■ Load stopped before the models loaded. The pair in "
+                                                            "use is `d` → `t`.")
+    assert load_stopped_text(True, KEPT_THE_PAIR, None) == ("■ Load stopped before the models loaded. No pair is "
+                                                            "loaded.")
+    assert "`d` → `t` is loaded, without a device profile" in load_stopped_text(True, UNPROFILED, pair)
+    assert "unloaded to make room" in load_stopped_text(True, DROPPED_THE_PAIR, None)
     # stopped while it waited behind another job (the app's first load, say): whatever pair that left
-    assert load_stopped_text(False, False, False, pair) == ("■ Load stopped before it started. The pair in use is "
-                                                            "`d` → `t`.")
-    assert load_stopped_text(False, False, False, None) == "■ Load stopped before it started. No pair is loaded."
+    assert load_stopped_text(False, None, pair) == "■ Load stopped before it started. The pair in use is `d` → `t`."
+    assert load_stopped_text(False, None, None) == "■ Load stopped before it started. No pair is loaded."
 
 
 def test_a_side_job_of_one_tab_never_hides_another_tabs_from_its_stop():

@@ -9,7 +9,7 @@ from engine.decoding import StepEvent
 from engine.errors import UserError
 from engine.settings import Settings
 from engine.tree import Tree
-from engine.jobs import Note, Progress
+from engine.jobs import DROPPED_THE_PAIR, KEPT_THE_PAIR, UNPROFILED, Note, Progress
 from engine.planning import MethodSpec, NeedsMeasurement
 from engine.worker import DONE, FAILED, STOPPED, Worker
 from tests.robustness.served import wait_for
@@ -257,24 +257,25 @@ def test_a_load_stopped_before_its_models_load_keeps_the_loaded_pair(worker, mon
     monkeypatch.setattr(models, "_load_tokenizer", stopped_meanwhile)
     draft, target = tiny_pair_dirs("llama")
     job = worker.load(str(draft), str(target), "cpu", "float32")
-    assert job.wait(120) is None and job.state == STOPPED
+    assert job.wait(120) is None and job.state == STOPPED and job.stopped_with == KEPT_THE_PAIR
     assert worker.pair is before and not worker.loading and worker.last_error == last_error
     monkeypatch.undo()
     assert steps(worker.generate("hello", MethodSpec("chain", depth=2), Settings(max_new_tokens=4)))[-1].done
 
 
-def test_a_load_stopped_after_its_target_loaded_frees_it_and_says_nothing_is_loaded(monkeypatch):
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_a_load_stopped_while_a_model_loads_frees_it_and_says_nothing_is_loaded(monkeypatch, role):
     """Stopped while the target loads (the old pair already dropped to make room), the load ends as
-    the draft's stage starts: no pair is loaded, nothing keeps the target it had loaded alive, and
-    a pair loads again."""
+    the draft's stage starts; stopped while the draft, the last model, loads, it ends at the mask
+    probe: no pair is loaded, nothing keeps the models it had loaded alive, and a pair loads again."""
     import weakref
     from engine import models
     real, loaded = models._load_model, []
 
-    def stopped_while_the_target_loads(source, device, dtype, placement, role, *args, **kwargs):
-        model, kernels = real(source, device, dtype, placement, role, *args, **kwargs)
-        if role == "target":
-            loaded.append(weakref.ref(model))
+    def stopped_while_it_loads(source, device, dtype, placement, loading, *args, **kwargs):
+        model, kernels = real(source, device, dtype, placement, loading, *args, **kwargs)
+        loaded.append(weakref.ref(model))
+        if loading == role:
             w.current.stop()
         return model, kernels
 
@@ -282,10 +283,11 @@ def test_a_load_stopped_after_its_target_loaded_frees_it_and_says_nothing_is_loa
     w = Worker(profile_on_load=False)
     try:
         w.load(str(draft), str(target), "cpu", "float32").wait(120)
-        monkeypatch.setattr(models, "_load_model", stopped_while_the_target_loads)
+        monkeypatch.setattr(models, "_load_model", stopped_while_it_loads)
         job = w.load(str(draft), str(target), "cpu", "float32")
-        assert job.wait(120) is None and job.state == STOPPED
-        assert w.pair is None and not w.loading and len(loaded) == 1 and loaded[0]() is None
+        assert job.wait(120) is None and job.state == STOPPED and job.stopped_with == DROPPED_THE_PAIR
+        assert w.pair is None and not w.loading and len(loaded) == {"target": 1, "draft": 2}[role]
+        assert [ref() for ref in loaded] == [None] * len(loaded)
         monkeypatch.undo()
         w.load(str(draft), str(target), "cpu", "float32").wait(120)   # and a pair loads again
         assert w.pair is not None
@@ -306,8 +308,14 @@ def test_a_load_that_fails_after_its_models_loaded_does_not_keep_them(monkeypatc
         loaded.append(weakref.ref(model))
         return model, kernels
 
-    def refused(model, name):
-        raise UserError(f"{name} ignores custom 4-D attention masks (a test's stand-in)")
+    def refused(model, name):   # as probe_tree_mask refuses: from an error deeper down, `from None`
+        def tree_forward(m):
+            raise RuntimeError("logits off")
+
+        try:
+            tree_forward(model)
+        except RuntimeError:
+            raise UserError(f"{name} ignores custom 4-D attention masks (a test's stand-in)") from None
 
     draft, target = tiny_pair_dirs("llama")
     w = Worker(profile_on_load=False)
@@ -340,7 +348,7 @@ def test_a_load_stopped_while_profiling_leaves_the_new_pair_loaded_unprofiled(tm
     w = Worker(profile_budget=4)
     try:
         job = w.load(str(draft), str(target), "cpu", "float32")
-        assert job.wait(120) is None and job.state == STOPPED
+        assert job.wait(120) is None and job.state == STOPPED and job.stopped_with == UNPROFILED
         assert w.pair is not None and profiler.cached_profile(w.pair) is None and not w.loading
     finally:
         w.close()

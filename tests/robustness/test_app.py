@@ -904,10 +904,35 @@ def test_a_pair_load_can_be_stopped_and_leaves_the_loaded_pair_in_use(served, cl
     monkeypatch.setattr(models, "_load_tokenizer", stop_pressed_meanwhile)
     out = client.predict(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")
     assert replies == [STOPPING_LOAD]
-    assert out[0] == (f"■ Load stopped before the models loaded. The pair in use is still `{served['draft']}` → "
+    assert out[0] == (f"■ Load stopped before the models loaded. The pair in use is `{served['draft']}` → "
                       f"`{served['target']}`."), out[0]
     assert [(j.name, j.state) for j in jobs] == [("load models", "stopped")] and ctx.worker.pair is pair
     assert client.predict(api_name="/stop_load") == "Nothing is running in this tab."
+    monkeypatch.undo()
+    still_exact(client, reference)
+
+
+@pytest.mark.timeout(120)
+def test_a_load_through_the_page_frees_the_pair_in_use_before_the_new_target_loads(served, client, reference,
+                                                                                   monkeypatch):
+    """The old pair is dropped to make room for the new one: nothing of the page (its handler, its
+    plans, the header) may keep it alive meanwhile, or both pairs sit in memory at once."""
+    import gc
+    import weakref
+    from engine import models
+    ctx, real, freed = served["ctx"], models._load_model, []
+    client.predict(*gen_args(max_new_tokens=4), api_name="/generate")   # the page has planned and run on it
+    old = weakref.ref(ctx.worker.pair)
+
+    def target_loading(source, device, dtype, placement=None, role="target", *args, **kwargs):
+        if role == "target":
+            gc.collect()
+            freed.append(old() is None)
+        return real(source, device, dtype, placement, role, *args, **kwargs)
+
+    monkeypatch.setattr(models, "_load_model", target_loading)
+    loaded = client.predict(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")
+    assert loaded[0].startswith("✓ Loaded") and freed == [True]
     monkeypatch.undo()
     still_exact(client, reference)
 
