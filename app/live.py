@@ -371,10 +371,10 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess.run_going("live")
         last_fig = last_acc = last_text = 0.0
         ahead = job.position
-        yield {status: f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
-               else "… starting…", replay: gr.update(interactive=False),
-               text: render.text_html([], placeholder="…")}
-        try:
+        try:   # from the first yield: a page that goes away there stops the run too
+            yield {status: f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…"
+                   if ahead else "… starting…", replay: gr.update(interactive=False),
+                   text: render.text_html([], placeholder="…")}
             for item in job.stream():
                 if isinstance(item, Progress):
                     yield {status: progress_text(item)}

@@ -294,8 +294,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             raise gr.Error(str(exc)) from None
         sess.run_going("load")   # its Stop's reply may land after its last line (Session.line_after_stop)
         ahead = job.position
-        yield {status: f"… waiting for {ahead} job(s) to finish first…" if ahead else "… loading…"}
-        try:   # (a page that goes away leaves its load going: the pair is every page's)
+        try:   # from the first yield (a page that goes away leaves its load going: the pair is every page's)
+            yield {status: f"… waiting for {ahead} job(s) to finish first…" if ahead else "… loading…"}
             for item in job.stream():
                 if isinstance(item, Progress):
                     yield {status: progress_text(item)}

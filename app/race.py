@@ -177,10 +177,10 @@ def build(ctx: AppContext) -> dict:
         series: dict[str, list] = {lane: [] for lane in order}
         last_push = last_chart = 0.0
         greedy = settings.greedy
-        yield {status: "… waiting for the model worker…" if job.position else "… planning…",
-               lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy), verdict: "",
-               chart: plots.race_figure(series)}
-        try:
+        try:   # from the first yield: a page that goes away there stops the race too
+            yield {status: "… waiting for the model worker…" if job.position else "… planning…",
+                   lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy), verdict: "",
+                   chart: plots.race_figure(series)}
             for item in job.stream():
                 if isinstance(item, Progress):
                     yield {status: progress_text(item)}

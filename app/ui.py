@@ -59,6 +59,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             out = plan_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
             if pair is not None:
                 planned_for(ctx.sessions.get(request), pair, stamp)
+            else:   # it said the pair is loading (or that none is): status follows up when that changes
+                ctx.sessions.get(request).plan_pair = _no_pair
             return out
 
         def planned_for(sess, pair, stamp) -> None:
@@ -78,13 +80,15 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             it rests on was replaced (timed again in the background: engine/reprofile.py, or by
             the Planner tab or the CLI)."""
             out = {header: render.pair_line(ctx.worker.describe(), ctx.worker.status())}
-            pair, sess = ctx.worker.pair, ctx.sessions.get(request)
+            underway = ctx.worker.load_underway   # before the pair: a load ending between the two reads
+            pair, sess = ctx.worker.pair, ctx.sessions.get(request)   # then leaves a pair, never neither
             seen = getattr(sess, "plan_pair", None)
             new_pair = seen is None or seen() is not pair
             stamp = ctx.worker.profile_stamp()
-            if pair is None and not ctx.worker.load_underway and seen is not None:
+            if pair is None and not underway and seen is not None:
                 # the pair this page planned for is gone (a load stopped or failed after dropping
-                # it to make room): its plan line must not stay up as if it could still run
+                # it to make room), or the load it waited for ended with none: its plan line and
+                # "still loading" must not stay up
                 sess.plan_pair = None
                 out.update(pair_now())
                 out[plan_md], out[plan_json] = render.plan_line(None), {}
@@ -165,6 +169,12 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
     guard_numbers()
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     return demo
+
+
+def _no_pair() -> None:
+    """What a page's first plan made without a pair was made for (Session.plan_pair is a weak
+    reference to the pair otherwise): nothing."""
+    return None
 
 
 def _shown(x: float) -> str:
