@@ -181,7 +181,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                 go = gr.Button("Generate", variant="primary", elem_id="sq-generate", min_width=100)
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-stop", min_width=100)
         with gr.Column(scale=3, min_width=600):
-            status = gr.Markdown(READY, label="Live status", show_label=False, elem_id="sq-live-status")
+            # until the page's first plan says Ready (or why not: the pair still loading, none loaded)
+            status = gr.Markdown("… planning", label="Live status", show_label=False, elem_id="sq-live-status")
             gr.HTML(_legend_html(), elem_id="sq-legend")
             tree = gr.Plot(label="Tree figure", show_label=False, elem_id="sq-tree")
             replay = gr.Slider(1, 2, value=1, step=1, label="Replay a step (after a run)", interactive=False,
@@ -332,7 +333,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess.plan = result
         vec = result.planning_probabilities
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
-                tree: plots.plan_figure(result.tree, vec)}
+                tree: plots.plan_figure(result.tree, vec), status: READY}
 
     def _dropped(sess) -> dict:
         """The page's first plan says nothing once a run or a race has started; a race shows no plan

@@ -381,6 +381,11 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading(monkeypatch):
         load = ctx.worker.load(str(draft), str(target), "cpu", "float32")   # waits behind it
         first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")   # the page opens: no pair yet
         assert "still loading" in first[2] and "Loading the model pair" in first[5]
+        # and before that reply the page's status line does not say Ready either
+        config = httpx.get(f"{url.rstrip('/')}/config").json()
+        shown = [c["props"].get("value") for c in config["components"]
+                 if c.get("props", {}).get("elem_id") == "sq-live-status"]
+        assert shown and "Ready" not in shown[0], shown
         # an example picked (or the prompt box left) meanwhile raises nothing and keeps that message
         page.predict(*plan_args, 0, "Tell me a story", 64, api_name="/plan_on_prompt")
         release.set()
