@@ -319,7 +319,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             if isinstance(exc, NeedsMeasurement):
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
                                 "**Measure** in the Planner tab.",
-                        tree: plots.empty_figure("The tree appears after the first plan or step.")}
+                        tree: no_tree_yet()}
             if ctx.worker.pair is None and ctx.worker.load_underway:
                 msg = ("The model pair is still loading (see the header). Press **Generate** any time: the run "
                        "starts as soon as the pair is ready.")
@@ -327,7 +327,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 msg = NO_PAIR
             else:
                 msg = str(exc)
-            return {status: msg, tree: plots.empty_figure("The tree appears after the first plan or step.")}
+            return {status: msg, tree: no_tree_yet()}
         if sess.running or sess.newer_plan_asked(ticket):
             return _dropped(sess)
         sess.plan = result
@@ -502,6 +502,11 @@ GOES_ON = {"generate": "the Live run goes on (its Stop is in the Live tab)",
            "profile device": "the device profile goes on (its Stop is in the Planner tab)",
            "check pair": "the pair check goes on (its Stop is in the Models tab)",
            "load models": "the pair load goes on (its Stop is beside Load pair in the Models tab)"}
+
+
+def no_tree_yet():
+    """The Live tree's figure before any plan or step (or once the pair it planned for is gone)."""
+    return plots.empty_figure("The tree appears after the first plan or step.")
 
 
 STOPPING = "■ stopping after the current step…"   # what a tab's Stop says when it stopped its run

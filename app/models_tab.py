@@ -11,11 +11,11 @@ from app import render, waiting
 from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back,
                       stop_reply_with, take_back_waiting, taken_back, wire_stop)
 from app.state import AppContext
+from engine import jobs
 from engine.check import CheckConfig
 from engine.errors import UserError
 from engine.models import parse_max_memory
 from engine.paths import cache_dir
-from engine import jobs
 from engine.jobs import Progress
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]

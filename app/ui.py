@@ -11,7 +11,7 @@ import weakref
 
 import gradio as gr
 
-from app import live, models_tab, planner_tab, plots, race, render
+from app import live, models_tab, planner_tab, race, render
 from app.state import AppContext
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 out[plan_md], out[plan_json] = render.plan_line(None), {}
                 if not sess.live_run_on_screen():   # a run's own tree and last line stay
                     out[live_parts["status"]] = live.NO_PAIR
-                    out[live_parts["tree"]] = plots.empty_figure("The tree appears after the first plan or step.")
+                    out[live_parts["tree"]] = live.no_tree_yet()
                 return out
             if pair is None or ctx.worker.loading or (not new_pair and sess.plan_profile == stamp):
                 return out

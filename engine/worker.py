@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", "stopped"
 _END = object()
 _WAKE = object()  # put on the queue to make the loop look again (background work arrived)
+LOAD_JOB = "load models"   # the name a pair load's job goes by (the app's TAB_OF_JOB keys jobs by name)
 
 
 
@@ -200,11 +201,13 @@ class Worker:
             if self.refiner.want(pair, settings, result.method.sampler):
                 self._queue.put(_WAKE)  # the loop may be waiting with no timeout
 
+    def _running_then_queued(self) -> list[Job]:
+        with self._lock:
+            return ([self._current] if self._current else []) + list(self._pending)
+
     def stop(self, job_id: int | None = None) -> bool:
         """Stop one job by id (queued or running), or the running one; True if one was found."""
-        with self._lock:
-            jobs = ([self._current] if self._current else []) + list(self._pending)
-        for job in jobs:
+        for job in self._running_then_queued():
             if job_id is None or job.id == job_id:
                 job.stop()
                 return True
@@ -213,9 +216,7 @@ class Worker:
     def close(self, timeout: float = 10.0) -> None:
         """Stop everything, end the thread and drop the models."""
         self._closed = True
-        with self._lock:
-            jobs = ([self._current] if self._current else []) + list(self._pending)
-        for job in jobs:
+        for job in self._running_then_queued():
             job.stop()
         self._queue.put(None)
         self._thread.join(timeout)
@@ -234,9 +235,8 @@ class Worker:
     @property
     def load_underway(self) -> bool:
         """A pair load runs, or waits in the queue (and was not stopped): the pair is coming."""
-        with self._lock:
-            jobs = ([self._current] if self._current else []) + list(self._pending)
-        return self.loading or any(job.name == "load models" and not job.stop_requested for job in jobs)
+        return self.loading or any(job.name == LOAD_JOB and not job.stop_requested
+                                   for job in self._running_then_queued())
 
     def describe(self) -> dict | None:
         pair = self._pair
@@ -324,7 +324,7 @@ class Worker:
         placement = {"target_device_map": target_device_map, "draft_device_map": draft_device_map,
                      "max_memory": max_memory, "offload_folder": offload_folder, "cpu_kernels": cpu_kernels,
                      "draft_weights": draft_weights}
-        return self.submit("load models", jobs.load_job, draft, target, device, dtype,
+        return self.submit(LOAD_JOB, jobs.load_job, draft, target, device, dtype,
                            **{k: v for k, v in placement.items() if v})
 
     def check(self, config=None) -> Job:
