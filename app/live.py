@@ -27,6 +27,14 @@ TEXT_INTERVAL = 0.05  # text and metric cards: at most 20 per second (step data 
 ACC_INTERVAL = 2.0
 READY = "Ready. Press **Generate**; move the budget or temperature to re-plan."  # the status line, no run yet
 NO_PAIR = "No model pair is loaded: load one in the Models tab."   # ... and no pair (a load stopped or failed)
+
+
+def no_pair_text(worker, while_loading: str) -> str:
+    """What a tab says while no pair is loaded: that one is on its way (`while_loading` says what
+    to do meanwhile), or that none is (a load stopped or failed after dropping the old pair)."""
+    if worker.load_underway:
+        return f"The model pair is still loading (see the header). {while_loading}"
+    return NO_PAIR
 MODEL = dict(concurrency_id="model", concurrency_limit=1)
 LIGHT = dict(concurrency_limit=None)
 # Events the page wires to itself (a re-plan on each edit, the plan after a run, the page's first
@@ -320,11 +328,9 @@ def build(ctx: AppContext, header: dict) -> dict:
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
                                 "**Measure** in the Planner tab.",
                         tree: no_tree_yet()}
-            if ctx.worker.pair is None and ctx.worker.load_underway:
-                msg = ("The model pair is still loading (see the header). Press **Generate** any time: the run "
-                       "starts as soon as the pair is ready.")
-            elif ctx.worker.pair is None:
-                msg = NO_PAIR
+            if ctx.worker.pair is None:
+                msg = no_pair_text(ctx.worker, "Press **Generate** any time: the run starts as soon as the pair "
+                                                "is ready.")
             else:
                 msg = str(exc)
             return {status: msg, tree: no_tree_yet()}

@@ -11,8 +11,8 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
-from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back,
-                      taken_back, wire_stop)
+from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, no_pair_text, progress_text,
+                      stop_if_taken_back, taken_back, wire_stop)
 from app.state import AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -117,7 +117,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         out = {}
         worker = ctx.worker
         if worker.pair is None:
-            msg = "No model pair loaded yet (see the Models tab)."
+            msg = no_pair_text(worker, "This tab draws its plan once the pair is ready.")
             empty = plots.empty_figure(msg, 260)
             return {info: msg, acc_chart: empty, acc_caption: "", heat: empty, prof_chart: empty, prof_caption: "",
                     speed: empty, chosen: empty, export: None, planner_json: {}}

@@ -95,6 +95,7 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
                 if not sess.live_run_on_screen():   # a run's own tree and last line stay
                     out[live_parts["status"]] = live.NO_PAIR
                     out[live_parts["tree"]] = live.no_tree_yet()
+                out[profile_shown] = repr((None, None))   # the Planner tab's charts go too
                 return out
             if pair is None or ctx.worker.loading or (not new_pair and sess.plan_profile == stamp):
                 return out

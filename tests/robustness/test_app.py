@@ -408,12 +408,14 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading(monkeypatch):
         assert "No plan yet." in plan_line and plan == {} and status == NO_PAIR and "No pair loaded." in info
         assert "The tree appears after the first plan" in json.dumps(tree), tree   # the old plan's tree is gone
         assert page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")[2] == NO_PAIR   # a page opened now
+        assert page.predict("sequoia", 8, 4, False, 0, 1, api_name="/planner")[0] == NO_PAIR   # not "yet"
         # a page opened while a load waits says it is loading; that load stopped, it says there is none
         release = threading.Event()
         ctx.worker.submit("a job ahead", lambda job_ctx: release.wait(60))
         waiting_load = ctx.worker.load(str(draft), str(target), "cpu", "float32")
         other = Client(url, verbose=False)
         assert "still loading" in other.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")[2]
+        assert "still loading" in other.predict("sequoia", 8, 4, False, 0, 1, api_name="/planner")[0]
         waiting_load.stop()
         release.set()
         assert waiting_load.wait(60) is None and ctx.worker.pair is None
