@@ -424,7 +424,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             if not job.done:
                 job.stop()
         if job.state == "stopped" and not run.events:
-            yield {status: sess.run_ended("live", "Stopped before the first step.")}
+            yield {status: sess.run_ended("live", STOPPED_BEFORE_A_STEP)}
 
     def show_step(step_v, request: gr.Request):
         sess = ctx.sessions.get(request)
@@ -602,20 +602,28 @@ def stop_reply(stopped: str | None, tab: str, took_back: list[str] = (), stoppin
     return stop_reply_with(stopping if stopped == tab else "", nothing, took_back)
 
 
+STOPPED_BEFORE_A_STEP = "Stopped before the first step."
+
+
 def _run_status(ev: StepEvent, run: Run) -> str:
     if ev.done:
-        why = {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
-               "context": "the context is full", "stopped": "stopped"}.get(ev.finish_reason, ev.finish_reason)
-        return (f"✓ Done ({why}): **{ev.total_tokens} tokens in {ev.total_steps} steps**, "
-                f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s "
-                f"with {run.label}. Drag *Replay a step* to look at any step.")
+        if ev.finish_reason == "stopped" and not ev.total_steps:
+            return STOPPED_BEFORE_A_STEP   # stopped during the prefill: nothing to count or replay
+        head = ("■ Stopped" if ev.finish_reason == "stopped" else "✓ Done ({})".format(
+            {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
+             "context": "the context is full"}.get(ev.finish_reason, ev.finish_reason)))
+        return (f"{head}: **{ev.total_tokens} tokens in {ev.total_steps} step{'' if ev.total_steps == 1 else 's'}**, "
+                f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}."
+                + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
     return f"● {run.label}: step {ev.step} · {ev.total_tokens} tokens · {ev.tokens_per_second:.1f} tokens/s"
 
 
 def _replay_update(n: int):
     if n >= 2:
         return gr.update(minimum=1, maximum=n, value=n, interactive=True, label=f"Replay a step (1–{n})")
-    return gr.update(interactive=False, label="Replay a step (after a run of 2 or more steps)")
+    # back to the empty slider: a run of no steps left the last run's 5 of 5 showing
+    return gr.update(minimum=1, maximum=2, value=1, interactive=False,
+                     label="Replay a step (after a run of 2 or more steps)")
 
 
 def _legend_html() -> str:

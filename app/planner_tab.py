@@ -13,7 +13,7 @@ import gradio as gr
 from app import plots, render
 from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, no_pair_text, progress_text,
                       stop_if_taken_back, taken_back, wire_stop)
-from app.state import AppContext, read_tree_file, settings_from, spec_from
+from app.state import METHOD_LABELS, AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
 from engine import planning
@@ -208,7 +208,12 @@ def build(ctx: AppContext, live: dict) -> dict:
             choice["stem"] = stem
             out[export] = _export_path(choice)
             out[planner_json] = result.summary()
-            out[info] = out[header_plan] = render.plan_line(result, sess.running)
+            out[info] = render.plan_line(result, sess.running)
+            if method_v in ("sequoia", "tree"):   # the header shows the plan the next Live run uses
+                out[header_plan] = out[info]
+            else:
+                out[info] = (f"The Live method is {METHOD_LABELS.get(method_v, method_v)}; this tab shows the "
+                             f"Sequoia plan for the same settings.\n\n{out[info]}")
         else:
             out[chosen] = plots.empty_figure("No tree until a vector is measured", 420)
             out[export] = None

@@ -44,15 +44,31 @@ def _lane_html(order, lanes) -> str:
         if ev is None:
             body = '<span class="sq-placeholder">waiting</span>'
             stats = ""
+        elif _stopped_before_a_step(ev):
+            body = '<span class="sq-placeholder">stopped before its first step</span>'
+            stats = "stopped"
         else:
             body = render.esc(ev.text)
+            ending = " · running…" if not ev.done else " · stopped" if ev.finish_reason == "stopped" else " · done"
             stats = (f"{ev.total_tokens} tokens · {ev.total_steps} steps · {ev.tokens_per_step:.2f} tok/step · "
-                     f"{ev.tokens_per_second:.1f} tok/s" + (" · done" if ev.done else " · running…"))
+                     f"{ev.tokens_per_second:.1f} tok/s" + ending)
         label = render.esc(info.get("label") or lane)
         rows.append(f'<div class="sq-lane"><div class="sq-lane-head"><span class="sq-dot" style="background:{color}">'
                     f'</span><b>{label}</b><span class="sq-lane-stats">{stats}</span></div>'
                     f'<div class="sq-lane-text">{body}</div></div>')
     return '<div class="sq-lanes">' + "".join(rows) + "</div>"
+
+
+def _stopped_before_a_step(ev) -> bool:
+    """A lane a Stop ended before it made a step: it has no speed to show or compare."""
+    return ev.done and ev.finish_reason == "stopped" and not ev.total_steps
+
+
+def _speedup(ev, ar) -> float | None:
+    """A lane's tokens/s over the autoregressive lane's; None where either has no speed."""
+    if ar is None or ar.tokens_per_second <= 0 or _stopped_before_a_step(ev):
+        return None
+    return ev.tokens_per_second / ar.tokens_per_second
 
 
 def _partial(ev) -> bool:
@@ -77,7 +93,8 @@ def _agrees_with_ar(ev, ar) -> bool | None:
 def _same_text_cell(ev, ar) -> str:
     same = _agrees_with_ar(ev, ar)
     if same is None:
-        return "— (nothing to compare yet)"
+        return "— (stopped before a token)" if "stopped" in (ev.finish_reason, ar.finish_reason) else (
+            "— (nothing to compare yet)")
     if not same:
         return "✗ differs"
     if not (_partial(ev) or _partial(ar)):
@@ -96,8 +113,8 @@ def _table(order, lanes, greedy: bool):
         ev = info.get("last")
         if ev is None:
             continue
-        speed = (f"{ev.tokens_per_second / ar.tokens_per_second:.2f}×"
-                 if ar is not None and ar.done and ar.tokens_per_second > 0 else "—")
+        speedup = _speedup(ev, ar) if ar is not None and ar.done else None
+        speed = "—" if speedup is None else f"{speedup:.2f}×"
         row = [info.get("label") or lane, ev.total_tokens, ev.total_steps, round(ev.tokens_per_step, 2),
                round(ev.tokens_per_second, 1), speed, round(ev.prefill_seconds, 3)]
         if greedy:
@@ -241,8 +258,7 @@ def _summary(order, lanes, greedy: bool) -> dict:
                     "tokens_per_second": ev.tokens_per_second, "seconds": ev.total_seconds,
                     "prefill_seconds": ev.prefill_seconds, "finish_reason": ev.finish_reason,
                     "predicted_tokens_per_step": lanes[lane].get("expected"),
-                    "speedup": (ev.tokens_per_second / ar.tokens_per_second
-                                if ar is not None and ar.tokens_per_second > 0 else None),
+                    "speedup": _speedup(ev, ar),
                     "same_as_autoregressive": _agrees_with_ar(ev, ar) if ar is not None else None})
     identical = None
     verdict = ""
@@ -257,8 +273,12 @@ def _summary(order, lanes, greedy: bool) -> dict:
             verdict = ("✗ **Greedy check failed:** some text differs from autoregressive"
                        + (" within what both generated" if stopped else "") + " — that is a bug.")
         elif stopped:
-            verdict = ("■ **Stopped early:** each method's text matches the autoregressive text up to where the "
-                       "shorter of the two stopped (the greedy check on what was generated).")
+            unchecked = [x["label"] or x["lane"] for x in out if x["same_as_autoregressive"] is None]
+            verdict = ("■ **Stopped early:** each method's text "
+                       + ("that was compared " if unchecked else "")
+                       + "matches the autoregressive text up to where the shorter of the two stopped (the greedy "
+                         "check on what was generated)."
+                       + (f" Not compared (no tokens before the Stop): {', '.join(unchecked)}." if unchecked else ""))
         else:
             verdict = "✓ **Greedy check passed:** every method produced exactly the autoregressive text."
     elif greedy:

@@ -188,6 +188,8 @@ def plan_line(result, running: bool = False) -> str:
         parts.append(f"predicted <b>{result.expected_tokens:.2f}</b> tokens/step")
     if result.predicted_speedup is not None:
         parts.append(f"predicted speedup <b>{result.predicted_speedup:.2f}×</b> (device profile)")
+    elif result.expected_tokens is None:   # the profile may be there: the vector is what is missing
+        parts.append("speedup: no prediction without an acceptance vector for these settings")
     else:
         parts.append("speedup: profile the device (Planner tab) to predict it")
     note = ""

@@ -329,9 +329,15 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
                                f"top-p={top_p:g}: it must be measured first")
     other = ("" if near.draft_kernels == profiler.draft_kernels(pair)
              else f", measured with the draft on {near.draft_kernels} kernels")
-    return near, False, (f"no vector measured at T={T:g}, top-p={top_p:g}: using the nearest measured one "
-                         f"(T={near.temperature:g}, top-p={near.top_p:g}{other}; {near.positions} positions, "
+    return near, False, (f"no vector measured at {settings_words(T, top_p, top_k)}: using the nearest measured one "
+                         f"({settings_words(near.temperature, near.top_p, near.top_k)}{other}; {near.positions} positions, "
                          f"{near.source})"), ""
+
+
+def settings_words(temperature: float, top_p: float, top_k: int | None = 0) -> str:
+    """The sampling settings a vector is for, in words ("T=0.7, top-p=1, top-k=1"): top-k named
+    only where it applies (T > 0, on)."""
+    return f"T={temperature:g}, top-p={top_p:g}" + (f", top-k={int(top_k)}" if temperature and top_k else "")
 
 
 def learning_key(pair, settings: Settings, sampler: str = "sequoia", domain: str = "") -> str:

@@ -16,9 +16,10 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed "
                                     "(apt-get install -y chromium)")
 
-# true once the Live tab's run is done or failed, or the page shows an error message
+# true once the Live tab's run is done, stopped or failed, or the page shows an error message
 DONE_OR_ERROR = ("() => { const s = document.querySelector('#sq-live-status');"
-                 " return s && (s.innerText.includes('Done') || s.innerText.includes('✗'))"
+                 " return s && (s.innerText.includes('Done') || s.innerText.includes('✗')"
+                 " || s.innerText.includes('■ Stopped:'))"
                  " || document.querySelector('[data-testid=\"toast-body\"]'); }")
 
 

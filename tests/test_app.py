@@ -201,6 +201,23 @@ def test_the_planner_tab_plans_for_the_live_prompts_kind(served, client):
         assert shown[prompt][1].count(Path(source).name) == 1, shown[prompt][1]
 
 
+def test_the_planner_tab_leaves_the_header_plan_of_another_live_method(served, client):
+    """The Planner tab plans Sequoia whatever the Live method; with the Live method a chain, the
+    header's plan line (the tree the next Live run uses) stays the chain's instead of becoming the
+    Planner's Sequoia plan, and the tab says which method the Live tab runs."""
+    from engine import profiler
+    pair = served["ctx"].worker.pair
+    probs = [0.8, 0.1, 0.05] + [0.0] * 13
+    profiler.save_acceptance(pair, profiler.AcceptanceVector(
+        probs, 0.05, 2000, [0.01] * 16, pair.draft_name, pair.target_name, "sequoia", 0.9, 1.0, 16, 12,
+        draft_kernels=profiler.draft_kernels(pair)))
+    out = client.predict("chain", 8, 4, False, 0.9, 1, 0, "def f(x):", 64, api_name="/planner")
+    assert out[0].startswith("The Live method is Chain;") and "Sequoia" in out[0], out[0]
+    assert isinstance(out[-1], dict) and out[-1].get("__type__") == "update" and "value" not in out[-1], out[-1]
+    out = client.predict("sequoia", 8, 4, False, 0.9, 1, 0, "def f(x):", 64, api_name="/planner")
+    assert out[-1] == out[0] and "Plan: <b>Sequoia" in out[0], (out[0], out[-1])   # a Sequoia one: both
+
+
 def test_the_race_tab_says_what_it_will_show_before_a_race(served):
     """Before any race the tab names the result table's columns (an empty table showed the
     headers 1, 2, 3) and says where each method's text and the chart will appear."""
@@ -418,12 +435,30 @@ def test_a_stop_takes_back_its_tabs_waiting_runs_once_each():
         "■ The 2 profiles and the measurement waiting for the model will not start.")
 
 
+def test_a_stopped_live_run_says_stopped_not_done():
+    """A Live run's last line: a Stop during the prefill said "✓ Done (stopped): 0 tokens in 0 steps
+    ... Drag Replay a step"; now it says it stopped before the first step, a run stopped later says
+    "■ Stopped" with what it made, and only a run of 2 or more steps points at the replay slider."""
+    from types import SimpleNamespace
+    from app.live import STOPPED_BEFORE_A_STEP, _run_status
+
+    def last(reason, steps, tokens):
+        return SimpleNamespace(done=True, finish_reason=reason, total_tokens=tokens, total_steps=steps,
+                               tokens_per_step=tokens / max(steps, 1), tokens_per_second=2.0)
+    run = SimpleNamespace(label="Sequoia n=8 d=4")
+    assert _run_status(last("stopped", 0, 0), run) == STOPPED_BEFORE_A_STEP
+    line = _run_status(last("stopped", 5, 12), run)
+    assert line.startswith("■ Stopped: **12 tokens in 5 steps**") and "Done" not in line and "Replay" in line
+    line = _run_status(last("eos", 1, 3), run)
+    assert line.startswith("✓ Done (the model ended its answer): **3 tokens in 1 step**") and "Replay" not in line
+
+
 def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     """A Stop ends the lanes at different lengths; the greedy check compared whole texts and said
     "✗ Greedy check failed" for a race that was only stopped. It now compares what both generated,
     and a stopped lane that differs within it still fails."""
     from types import SimpleNamespace
-    from app.race import RACE_LABELS, _summary, _table
+    from app.race import RACE_LABELS, _lane_html, _summary, _table
 
     def lane(ids, reason):
         return {"last": SimpleNamespace(token_ids=ids, finish_reason=reason, done=True, text="", total_tokens=len(ids),
@@ -434,6 +469,19 @@ def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     summary = _summary([ar, chain], stopped, greedy=True)
     assert summary["identical"] is True and summary["verdict"].startswith("■ **Stopped early:**")
     assert [row[-1] for row in _table([ar, chain], stopped, True)["data"]] == ["✓ same so far (stopped)"] * 2
+    # a lane the Stop ended before its first step: no speed, not compared, and the verdict says so
+    spec = RACE_LABELS["specinfer"]
+    unstarted = lane([], "stopped")
+    unstarted["last"].total_steps, unstarted["last"].tokens_per_second = 0, 0.0
+    three = {**stopped, spec: {**unstarted, "label": "SpecInfer 2x4"}}
+    summary = _summary([ar, chain, spec], three, greedy=True)
+    assert summary["lanes"][2]["speedup"] is None and summary["lanes"][2]["same_as_autoregressive"] is None
+    assert "that was compared matches" in summary["verdict"] and summary["verdict"].endswith(
+        "Not compared (no tokens before the Stop): SpecInfer 2x4."), summary["verdict"]
+    row = _table([ar, chain, spec], three, True)["data"][2]
+    assert row[5] == "—" and row[-1] == "— (stopped before a token)", row
+    assert "stopped before its first step" in _lane_html([ar, chain, spec], three)
+    assert "· stopped" in _lane_html([ar], stopped) and "· done" not in _lane_html([ar], stopped)
     wrong = {ar: lane([1, 2, 3], "stopped"), chain: lane([1, 9, 3, 4], "stopped")}
     assert _summary([ar, chain], wrong, greedy=True)["verdict"].startswith("✗ **Greedy check failed:**")
     assert _table([ar, chain], wrong, True)["data"][1][-1] == "✗ differs"

@@ -243,7 +243,8 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
     page.wait_for_timeout(800)   # let the re-plan's update land
     # the run's summary and its last tree stay (Stop's reply may land after the run's last line:
     # its follow-up puts the summary back, test_a_stop_reply_landing_after_the_run_ended_...)
-    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Done')", timeout=10_000)
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
+                           timeout=10_000)
     assert "Step " in page.locator("#sq-tree").inner_text()
     assert not page_errors(page), page_errors(page)
 
@@ -265,11 +266,11 @@ def test_a_stop_reply_landing_after_the_run_ended_leaves_the_runs_summary(served
     monkeypatch.setattr(Session, "stop_tab", late_reply)
     start_a_slow_run(page, url, monkeypatch)
     page.click("#sq-stop")
-    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Done (stopped)')",
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
                            timeout=20_000)   # the run's own last line
     page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('stopping')",
                            timeout=20_000)   # then the held-back reply
-    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Done (stopped)')",
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
                            timeout=20_000)   # and the summary again
     assert not page_errors(page), page_errors(page)
 

@@ -189,6 +189,20 @@ def test_a_learning_run_outside_the_measured_range_starts_at_once_from_the_neare
                             measure=True, learn=False)
 
 
+def test_the_nearest_vector_note_names_the_top_k_that_differs(tmp_path, monkeypatch):
+    """Top-k 1 at T = 0.7 with only a top-k-off vector at T = 0.7 measured: the note said "no vector
+    measured at T=0.7, top-p=1: using the nearest measured one (T=0.7, top-p=1; ...)", naming the
+    same settings twice and never the top-k that differs."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = _pair_measured_at((0.7, [0.6, 0.2]))
+    plan = planning.build_plan(pair, planning.MethodSpec("sequoia", 8, 4), Settings(temperature=0.7, top_k=1),
+                               measure=False, allow_nearest=True)
+    assert not plan.exact and plan.acceptance_note.startswith(
+        "no vector measured at T=0.7, top-p=1, top-k=1: using the nearest measured one (T=0.7, top-p=1;"), \
+        plan.acceptance_note
+    assert planning.settings_words(0, 1, 5) == "T=0, top-p=1"   # top-k does nothing at T = 0
+
+
 # ---------------------------------------------------------------- the rest of an answer (answer_drift)
 def test_drift_scales_the_miss_mass():
     assert learning.drifted([0.8, 0.1, 0.05], 1.0) == pytest.approx([0.8, 0.1, 0.05])

@@ -169,6 +169,19 @@ def test_the_plan_line_says_once_what_learning_added():
     assert "over 1531 positions" in html and "a code prompt: the code vector" in html
 
 
+def test_the_plan_line_says_what_a_speedup_prediction_lacks():
+    """No acceptance vector for the method's sampler (SpecInfer at T = 2, say): the plan line said
+    "speedup: profile the device" on a profiled device; it says the vector is missing instead."""
+    from types import SimpleNamespace as NS
+    plan = NS(tree=Tree((-1, 0, 1)), method=NS(label="SpecInfer 1x3"), expected_tokens=None, predicted_speedup=None,
+              acceptance=None, exact=True, learned=None, backing_positions=0,
+              acceptance_note="no acceptance vector measured for the specinfer sampler at T=2: no prediction")
+    html = render.plan_line(plan)
+    assert "no prediction without an acceptance vector" in html and "profile the device" not in html
+    plan.expected_tokens = 2.1
+    assert "profile the device (Planner tab)" in render.plan_line(plan)
+
+
 def _as_plotly_validates_it(fig):
     """The figure's JSON after plotly's own validation, which raises on unknown properties and
     rewrites shorthands (font_size -> font.size) that a browser would not understand."""
