@@ -36,11 +36,28 @@ def no_pair_text(worker, while_loading: str) -> str:
         return f"The model pair is still loading (see the header). {while_loading}"
     return NO_PAIR
 MODEL = dict(concurrency_id="model", concurrency_limit=1)
+EMPTY_PROMPT = "the prompt is empty: type something or pick an example"
 LIGHT = dict(concurrency_limit=None)
 # Events the page wires to itself (a re-plan on each edit, the plan after a run, the page's first
 # plan): callable by name with every input given, but left off the "Use via API" page, which then
 # lists what a script wants (/generate, /race, /plan, ...: README, The app)
 PAGE_WIRING = dict(api_visibility="undocumented")
+
+
+def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, **options):
+    """Wires `trigger` (a button's .click) to `fn`, a run that waits for the model slot (MODEL),
+    behind a check of its fields that waits for nothing (LIGHT): Gradio preprocesses the inputs
+    only when an event leaves its queue, so a field out of bounds (every Number and Slider is
+    checked by name there: ui.guard_numbers) or an empty prompt (input number `prompt_at`) was
+    said only once the job ahead had ended (minutes, behind a race). The check says it at once
+    and `fn` starts only if it passed. A script calling `api_name` is checked as before, when its
+    event starts. Returns `fn`'s event."""
+    def fields_checked(*values):
+        if prompt_at is not None and not str(values[prompt_at] or "").strip():
+            raise gr.Error(EMPTY_PROMPT)
+    check = trigger(fields_checked, inputs, None, api_name=f"{api_name}_fields", show_progress="hidden",
+                    **PAGE_WIRING, **LIGHT)
+    return check.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
 
 
 def user_message(exc: BaseException) -> str:
@@ -355,7 +372,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             return
         try:
             if not isinstance(prompt_v, str) or not prompt_v.strip():
-                raise UserError("the prompt is empty: type something or pick an example")
+                raise UserError(EMPTY_PROMPT)
             settings = settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             sess.refuse_if_running()
@@ -466,8 +483,8 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
-    run_event = go.click(generate, gen_inputs, gen_outputs, api_name="generate", show_progress="minimal",
-                         show_progress_on=[status], **MODEL)  # the queue position shows on the status line only
+    run_event = model_run(go.click, generate, gen_inputs, gen_outputs, "generate", prompt_at=0,
+                          show_progress="minimal", show_progress_on=[status])  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
     wire_stop(ctx, stop, "live", status, api_name="stop", runs={"Live run": run_event})

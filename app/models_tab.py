@@ -8,8 +8,8 @@ from pathlib import Path
 import gradio as gr
 
 from app import render, waiting
-from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back,
-                      stop_reply_with, take_back_waiting, taken_back, wire_stop)
+from app.live import (LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, progress_text,
+                      stop_if_taken_back, stop_reply_with, take_back_waiting, taken_back, wire_stop)
 from app.state import AppContext
 from engine import jobs
 from engine.check import CheckConfig
@@ -412,14 +412,15 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
 
     load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels, draft_weights]
     # the pair's dict stays the last output (scripts read loaded[-1])
-    load_event = load.click(load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
-                                                       report_json, check_status, pair_json],
-                            api_name="load_models", show_progress="minimal", show_progress_on=[status], **MODEL)
+    load_event = model_run(load.click, load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
+                                                                  report_json, check_status, pair_json],
+                           "load_models", show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, load_stop, "load", status, api_name="stop_load", runs={"load": load_event},
               stopping=STOPPING_LOAD)   # it takes back a waiting load too
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
-    checked = check_btn.click(check_pair, check_mode, [check_status, verdict, summary, report_text, report_json],
-                              api_name="check", show_progress="minimal", show_progress_on=[check_status], **MODEL)
+    checked = model_run(check_btn.click, check_pair, [check_mode], [check_status, verdict, summary, report_text,
+                                                                      report_json],
+                        "check", show_progress="minimal", show_progress_on=[check_status])
     ctx.run_events["models"] = waiting.event_ids({"check": checked})   # its Stop takes back a waiting check
     check_stop.click(stop_check, None, check_status, api_name="stop_check", show_progress="hidden", **LIGHT)
     return {"memory": memory, "info": info, "show_memory": show_memory, "load_event": load_event}

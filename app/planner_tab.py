@@ -11,7 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
-from app.live import (LIGHT, MODEL, PAGE_WIRING, TAKEN_BACK, failure_message, no_pair_text, progress_text,
+from app.live import (LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, no_pair_text, progress_text,
                       stop_if_taken_back, taken_back, wire_stop)
 from app.state import METHOD_LABELS, AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
@@ -279,10 +279,10 @@ def build(ctx: AppContext, live: dict) -> dict:
     refresh_event = dict(show_progress="hidden", **LIGHT)
     tab = live["planner_tab"]
     tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
-    measured = measure.click(run_measure, settings_inputs, outputs, api_name="measure", show_progress="minimal",
-                             show_progress_on=[acc_caption], **MODEL)
-    profiled = profile.click(run_profile, settings_inputs, outputs, api_name="profile", show_progress="minimal",
-                             show_progress_on=[prof_caption], **MODEL)
+    measured = model_run(measure.click, run_measure, settings_inputs, outputs, "measure", show_progress="minimal",
+                         show_progress_on=[acc_caption])
+    profiled = model_run(profile.click, run_profile, settings_inputs, outputs, "profile", show_progress="minimal",
+                         show_progress_on=[prof_caption])
     def choose_export_format(fmt_v, request: gr.Request):
         if fmt_v not in tree_export.FORMATS:
             raise gr.Error(f"unknown export format {fmt_v!r}")

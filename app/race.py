@@ -6,8 +6,8 @@ import time
 import gradio as gr
 
 from app import plots, render
-from app.live import (MODEL, TAKEN_BACK, failure_message, progress_text, stop_if_taken_back, taken_back,
-                      wire_stop)
+from app.live import (EMPTY_PROMPT, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
+                      taken_back, wire_stop)
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.settings import MAX_NEW_TOKENS
@@ -142,7 +142,7 @@ def build(ctx: AppContext) -> dict:
                 top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens")
-                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed")
+                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="sq-race-seed")
             with gr.Row():
                 start = gr.Button("Start race", variant="primary", elem_id="sq-race-start")
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-race-stop")
@@ -168,7 +168,7 @@ def build(ctx: AppContext) -> dict:
             return
         try:
             if not isinstance(prompt_v, str) or not prompt_v.strip():
-                raise UserError("the prompt is empty")
+                raise UserError(EMPTY_PROMPT)
             if not methods_v:
                 raise UserError("pick at least one method for the race")
             unknown = [m for m in methods_v if m not in RACE_LABELS]
@@ -240,8 +240,8 @@ def build(ctx: AppContext) -> dict:
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
-    run_event = start.click(race, inputs, [status, lanes_html, chart, table, verdict, race_json], api_name="race",
-                            show_progress="minimal", show_progress_on=[status], **MODEL)
+    run_event = model_run(start.click, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
+                          prompt_at=0, show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 

@@ -288,6 +288,30 @@ def test_enter_in_a_slider_box_re_plans(served, page, monkeypatch):
     assert not page_errors(page), page_errors(page)
 
 
+def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, page, monkeypatch):
+    """Gradio checks an event's fields only when the event leaves its queue: Start race with a
+    negative seed, or an empty prompt, pressed while the page's Live run held the model said
+    nothing until that run had ended (minutes, on a real pair). A check that waits for nothing
+    now says it at once, and the race is not queued."""
+    url, ctx = served
+    start_a_slow_run(page, url, monkeypatch)
+    open_tab(page, "Race")
+    toast_says = ("(text) => [...document.querySelectorAll('[data-testid=\"toast-body\"]')]"
+                  ".some(t => t.innerText.includes(text))")
+    page.locator("#sq-race-seed input").fill("-3")
+    page.click("#sq-race-start")
+    page.wait_for_function(toast_says, arg="Seed must be at least 0 (got -3)", timeout=10_000)
+    page.locator("#sq-race-seed input").fill("1")
+    page.locator("#sq-race-prompt textarea").fill("  ")
+    page.click("#sq-race-start")
+    page.wait_for_function(toast_says, arg="the prompt is empty", timeout=10_000)
+    assert not [s for s in list(ctx.sessions._items.values()) if s.job is not None and s.job.name == "race"]
+    open_tab(page, "Live")
+    assert "step " in page.locator("#sq-live-status").inner_text()   # the Live run still goes
+    page.click("#sq-stop")
+    run_ends(page, ctx, 60)
+
+
 def test_a_race_started_during_the_live_run_is_taken_back_by_the_race_tabs_stop(served, page, monkeypatch):
     """Start race pressed while the page's Live run goes waits in Gradio's queue; the Race tab's
     Stop takes it back (it started once the Live run ended, and no Stop could take it back) and
