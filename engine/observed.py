@@ -13,19 +13,56 @@ step - and `corrected` blends these into the profile:
 - per-step overhead (greedy and sampling kept apart): the median observed.
 
 Only the most recent KEEP values per entry are kept, so the correction follows the machine.
-The first step of a run is skipped (one-off allocation costs). Stored next to the profile cache
-(cache_dir()/observed-cli/<profile key>.json), written atomically."""
+The first step of a run is skipped (one-off allocation costs). A run during which other
+programs used more than MAX_OTHERS_SHARE of the CPUs (OthersWatch) is not recorded: its steps
+say what sharing the cores cost, not what the device costs (a few CLI runs beside a browser and
+a test suite once put t(6) at 3 s against 0.37 profiled, and the app's plans fell to plain
+decoding). Stored next to the profile cache (cache_dir()/observed-cli/<profile key>.json),
+written atomically."""
 from __future__ import annotations
 
 import copy
 import json
+import os
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 
 from engine.paths import cache_dir, locked, write_atomic
 
 KEEP = 64
 MIN_SAMPLES = 3
+MAX_OTHERS_SHARE = 0.15   # of all the CPUs' time, used by other programs during a run, at most
+
+
+def _busy_seconds() -> float | None:
+    """CPU seconds every CPU has spent busy since boot, from /proc/stat (user, nice, system, irq,
+    softirq and steal: a hypervisor's other guests slow a run as much as this machine's other
+    programs); None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        ticks = [int(x) for x in fields[1:9]]
+    except (OSError, ValueError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class OthersWatch:
+    """How much of the CPUs other programs used between its start and `share()`: the CPUs' busy
+    time (/proc/stat) less this process's own (all its threads), over the wall time times the
+    CPUs. None where /proc/stat cannot be read (the run is then recorded as before)."""
+
+    def __init__(self):
+        self.wall, self.busy, self.own = time.perf_counter(), _busy_seconds(), time.process_time()
+
+    def share(self) -> float | None:
+        busy, wall = _busy_seconds(), time.perf_counter() - self.wall
+        if busy is None or self.busy is None or wall <= 0:
+            return None
+        others = (busy - self.busy) - (time.process_time() - self.own)
+        return max(0.0, others / (wall * (os.cpu_count() or 1)))
 
 
 @dataclass

@@ -82,3 +82,42 @@ def test_a_profile_taken_under_load_stops_steering_the_plan(tmp_path, monkeypatc
     observed.record_run("busy", busy, events, sampling=False)
     fixed = observed.corrected(busy, observed.load("busy"), sampling=False)
     assert planning.hardware_aware(acceptance, fixed, 8, 4).n > 1
+
+
+def test_a_run_that_shared_the_cpus_with_other_programs_is_not_recorded(monkeypatch):
+    """CLI runs beside a browser and a test suite (other programs using most of the CPUs) recorded
+    t(6) at 3 s against 0.37 profiled, and the app's hardware-aware plans fell to n = 1: such a
+    run's step costs are now left out, a run on CPUs left to it is recorded as before."""
+    from engine.commands import generate
+    recorded = []
+    monkeypatch.setattr(observed, "record_run", lambda key, prof, events, sampling: recorded.append(events))
+    monkeypatch.setattr(generate.profiler, "profile_key", lambda pair: "key")
+    monkeypatch.setattr(generate.profiler, "cached_profile", lambda pair: None)
+    events, greedy = [step(Tree.chain(3), 2, 0.1, 0.02)], SimpleNamespace(greedy=True)
+    generate.record_costs(object(), events, greedy, others_share=0.6)
+    assert recorded == []
+    for share in (0.05, None):   # quiet, or no /proc/stat to tell
+        generate.record_costs(object(), events, greedy, others_share=share)
+    assert recorded == [events, events]
+
+
+def test_the_others_watch_sees_programs_that_keep_every_cpu_busy():
+    """OthersWatch reads /proc/stat: with a busy process per CPU for a second while this process
+    sleeps, other programs used most of the CPUs; its own work does not count as theirs."""
+    import os
+    import subprocess
+    import sys
+    import time
+    watch = observed.OthersWatch()
+    if watch.busy is None:
+        pytest.skip("no /proc/stat here")
+    spin = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
+    for proc in busy:
+        proc.wait()
+    assert watch.share() > 0.5
+    mine = observed.OthersWatch()
+    end = time.perf_counter() + 0.5
+    while time.perf_counter() < end:   # this process busy: not others' use
+        pass
+    assert mine.share() < watch.share()

@@ -71,10 +71,15 @@ def method_from_args(args, pair, settings, learn: bool = False, prompt_ids: list
     return plan.method, plan
 
 
-def record_costs(pair, events, settings) -> None:
+def record_costs(pair, events, settings, others_share: float | None = None) -> None:
     """What the steps cost goes into the observations that correct the device profile
     (engine/observed.py). Only the CLI's runs: nothing else runs in its process, unlike the
-    app's Live and Race runs, whose page renders on the same cores (engine/jobs.py)."""
+    app's Live and Race runs, whose page renders on the same cores (engine/jobs.py); and only
+    runs that other programs left the CPUs to (`others_share`: observed.OthersWatch)."""
+    if others_share is not None and others_share > observed.MAX_OTHERS_SHARE:
+        log.info("step costs not recorded: other programs used %.0f %% of the CPUs during the run",
+                 100 * others_share)
+        return
     try:
         observed.record_run(profiler.profile_key(pair), profiler.cached_profile(pair), events, not settings.greedy)
     except OSError as exc:  # a read-only cache must not fail the run
@@ -103,12 +108,12 @@ def run(args) -> int:
     samples, first_events = [], None
     for i in range(args.num_samples):
         replan = Replanner(pair, plan, settings, learn=args.learn, prompt_ids=prompt_ids)
-        events = []
+        events, others = [], observed.OthersWatch()
         for event in Decoder(pair, method, settings, generator=generator, plan=replan).run(prompt_ids):
             replan.observe(event)  # between steps: the next tree depends on finished steps only
             events.append(event)
         replan.finish()
-        record_costs(pair, events, settings)
+        record_costs(pair, events, settings, others.share())
         samples.append(events[-1].token_ids)
         if first_events is None:
             first_events = events
