@@ -139,7 +139,9 @@ def resolve_device(device: str | None) -> torch.device:
     try:
         dev = torch.device(device)
     except RuntimeError:
-        raise UserError(f"unknown device '{device}' (use cpu, cuda, cuda:N or mps)") from None
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda", "mps"):   # torch knows meta, xpu, ...: they do not run a pair here
+        raise UserError(f"unknown device '{device}' (use cpu, cuda, cuda:N or mps)")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError("device 'cuda' asked for, but no CUDA GPU is available here")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):

@@ -53,8 +53,8 @@ def validate_acceptance(acceptance) -> np.ndarray:
 
 
 def parse_acceptance(text: str) -> list[float]:
-    parts = [x.strip() for x in text.split(",") if x.strip()]
-    try:
+    parts = [x.strip() for x in text.split(",")]
+    try:   # an empty entry is refused, not dropped: "0.6,,0.1" would make 0.1 rank 2's
         values = [float(x) for x in parts]
     except ValueError:
         raise UserError(f"--acceptance must be comma-separated numbers, got {text!r}") from None

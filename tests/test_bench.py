@@ -219,3 +219,16 @@ def test_bench_predicts_a_range_for_its_few_prompts_from_a_vector_that_recorded_
         low, high = r["predicted_tokens_per_step_range"]
         few = r["predicted_tokens_per_step_range_these_prompts"]
         assert few is not None and few[0] <= low <= r["predicted_tokens_per_step"] <= high <= few[1], r["label"]
+
+
+def test_a_synthetic_configs_bad_override_is_one_user_error():
+    """`profile --synthetic --target-config tiny-target:num_hidden_layers=abc` ended in a 49-line
+    traceback (the config's own type check), and a misspelt key (foo=bar) was taken silently."""
+    from engine.errors import UserError
+    from engine.synthetic import make_config, parse_size
+    with pytest.raises(UserError, match="expected int, got str") as refused:
+        make_config(parse_size("tiny-target:num_hidden_layers=abc")[1])
+    assert "\n" not in str(refused.value)
+    with pytest.raises(UserError, match="has no foo"):
+        make_config(parse_size("tiny-target:foo=bar")[1])
+    assert make_config(parse_size("tiny-target:num_hidden_layers=2")[1]).num_hidden_layers == 2

@@ -121,6 +121,12 @@ BAD = [
     (["--prompt", "x", "--max-new-tokens", "0"], "max new tokens"),
     (["--prompt", "x", "--method", "chain", "--depth", "0"], "depth"),
     (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),
+    # a budget a chain or SpecInfer tree does not fit (was ignored: an 8-node chain ran)
+    (["--prompt", "x", "--method", "chain", "--budget", "4", "--depth", "8"], "chain of depth 8 has 8 nodes, more "
+                                                                             "than --budget 4"),
+    (["--prompt", "x", "--method", "specinfer", "--width", "3", "--depth", "4", "--budget", "9"],
+     "specinfer of depth 4 and width 3 has 10 nodes, more than --budget 9"),
+    (["--prompt", "x", "--device", "meta"], "unknown device 'meta'"),
     (["--prompt", "x", "--tree", "t.json", "--auto"], "leave out --tree"),
 ]
 
@@ -259,3 +265,15 @@ def test_profile_writes_out_and_refuses_a_synthetic_only_flag(dirs, tmp_path, ca
     assert code == 2 and "--draft-config, --target-config go with --synthetic" in err, err
     code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--out", tmp_path)
     assert code == 2 and "cannot write --out" in err, err
+
+
+def test_bench_refuses_an_output_it_cannot_write_before_it_runs(tmp_path, capsys, monkeypatch):
+    """`bench --json OUT` and `--plot OUT` were written only after every run: a path under a
+    file ended minutes of benchmark in a traceback and lost the report. They are checked first."""
+    from engine import bench
+    monkeypatch.setattr(bench, "run_bench", lambda *a, **k: pytest.fail("the bench ran"))
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    for flag in ("--json", "--plot"):
+        code, err = in_process(capsys, "bench", flag, a_file / "report.json")
+        assert code == 2 and f"cannot write {flag} {a_file / 'report.json'}" in err, err

@@ -177,3 +177,14 @@ def test_the_synced_clock_waits_for_every_cuda_device_the_pair_uses(monkeypatch)
     pair = pair_of("cuda:1", model_on("cuda:1"), model_on("cuda:1", "cuda:3", "cpu", "meta"))
     now = synced_clock(pair)
     assert isinstance(now(), float) and waited == [1, 3] and pair.cuda_devices == (1, 3)
+
+
+def test_a_device_torch_knows_but_that_runs_no_pair_is_refused_up_front():
+    """`generate --device meta` loaded the pair and then failed in a traceback ("Tensor.item()
+    cannot be called on meta tensors"): a device other than cpu, cuda[:N] or mps is refused first."""
+    from engine.errors import UserError
+    from engine.models import resolve_device
+    for name in ("meta", "xpu", "nonsense"):
+        with pytest.raises(UserError, match=f"unknown device '{name}'"):
+            resolve_device(name)
+    assert resolve_device("cpu").type == "cpu"

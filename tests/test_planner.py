@@ -316,3 +316,14 @@ def test_learning_re_plans_never_build_the_shared_table(monkeypatch):
                                      posterior=[0.4, 0.2, 0.1], planned_with=None)
     sizes.clear()
     assert replan().size == 10 and sizes == [(10, 5)]
+
+
+def test_an_acceptance_list_with_an_empty_entry_is_refused_not_shifted():
+    """`plan --acceptance 0.6,,0.1` dropped the empty entry and planned with 0.1 as rank 2's
+    probability; `--acceptance ""` said to give --acceptance."""
+    from engine.errors import UserError
+    from engine.planner import parse_acceptance
+    for text in ("0.6,,0.1", "", "0.6,0.2,"):
+        with pytest.raises(UserError, match="comma-separated numbers"):
+            parse_acceptance(text)
+    assert parse_acceptance(" 0.6, 0.2 ,0.1") == pytest.approx([0.6, 0.2, 0.1])

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from engine import bench, bench_report
-from engine.commands.common import add_pair_args, pair_from_args, read_prompt_set, read_prompts
+from engine.commands.common import add_pair_args, pair_from_args, read_prompt_set, read_prompts, writable
 from engine.errors import UserError
 from engine.prompts import Prompt
 
@@ -232,6 +232,7 @@ def _shown(path: Path) -> str:
 
 def run(args) -> int:
     config = config_from_args(args)
+    writable(args.json_out, "--json"), writable(args.plot, "--plot")   # before minutes of runs, not after
     prompts, prompt_source = bench_prompts(args)
     pair = pair_from_args(args)
     baseline = None

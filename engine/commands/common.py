@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -95,3 +96,20 @@ def print_json(obj) -> None:
     json.dump(obj, sys.stdout)
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+def writable(path: str | None, flag: str) -> Path | None:
+    """An output file checked before minutes of work, not after it (only a missing folder is
+    made before the file is written)."""
+    if path is None:
+        return None
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"cannot write {flag} {path}: it is a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write {flag} {path}: {exc.strerror}") from None
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise UserError(f"cannot write {flag} {path}: Permission denied")
+    return out

@@ -42,7 +42,7 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
     draft, target = (None if x in (None, DEFAULT) else x for x in (args.draft, args.target))
     if args.tree:
-        if args.acceptance or args.temperature is not None or args.auto or (args.budget, args.depth) != (None, None):
+        if args.acceptance is not None or args.temperature is not None or args.auto or (args.budget, args.depth) != (None, None):
             raise UserError("give either --tree FILE or plan options (--acceptance/--budget/--depth/"
                             "--temperature/--auto), not both")
         try:

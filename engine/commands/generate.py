@@ -23,7 +23,9 @@ def register(sub) -> None:
     add_pair_args(p)
     p.add_argument("--prompt", required=True)
     p.add_argument("--method", choices=methods.METHOD_NAMES, default="sequoia")
-    p.add_argument("--budget", type=int, default=16, help="Sequoia tree size in nodes, the root included")
+    p.add_argument("--budget", type=int, default=None,
+                   help="Sequoia tree size in nodes, the root included (default 16); for chain and specinfer "
+                        "an upper bound their tree must fit")
     p.add_argument("--depth", type=int, default=None,
                    help="tree levels counting the root (chain/specinfer default 5, Sequoia default 8)")
     p.add_argument("--width", type=int, default=4, help="SpecInfer: independent chains under the root")
@@ -40,6 +42,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+SEQUOIA_BUDGET = 16   # nodes of a Sequoia tree when --budget is not given
+
+
 def spec_from_args(args) -> MethodSpec:
     depth = args.depth
     if args.auto and args.method != "sequoia":
@@ -50,15 +55,18 @@ def spec_from_args(args) -> MethodSpec:
         depth = 5 if depth is None else depth
         width = 1 if args.method == "chain" else args.width
         methods.specinfer(width, depth)  # validates width and depth with the usual messages
-        return MethodSpec(args.method, 1 + width * (depth - 1) if args.method == "specinfer" else depth, depth,
-                          width=args.width if args.method == "specinfer" else None)
+        size = 1 + width * (depth - 1)
+        if args.budget is not None and size > args.budget:   # as the app refuses it: never a silent bigger tree
+            raise UserError(f"{args.method} of depth {depth}" + (f" and width {width}" if width > 1 else "")
+                            + f" has {size} nodes, more than --budget {args.budget}")
+        return MethodSpec(args.method, size, depth, width=args.width if args.method == "specinfer" else None)
     if args.tree:
         if args.auto:
             raise UserError("--auto plans the tree itself: leave out --tree")
         return MethodSpec("tree", tree=load_tree_file(args.tree))
-    depth = 8 if depth is None else depth
-    check_shape(args.budget, depth)
-    return MethodSpec("sequoia-auto" if args.auto else "sequoia", args.budget, depth)
+    budget, depth = (SEQUOIA_BUDGET if args.budget is None else args.budget), (8 if depth is None else depth)
+    check_shape(budget, depth)
+    return MethodSpec("sequoia-auto" if args.auto else "sequoia", budget, depth)
 
 
 def method_from_args(args, pair, settings, learn: bool = False, prompt_ids: list[int] | None = None):
@@ -135,7 +143,8 @@ def run(args) -> int:
         if args.num_samples > 1:
             out["samples"] = samples
         if args.auto:   # the bounds the planner chose within (the tree above is its choice)
-            out["auto_bounds"] = {"budget": args.budget, "depth": 8 if args.depth is None else args.depth}
+            out["auto_bounds"] = {"budget": SEQUOIA_BUDGET if args.budget is None else args.budget,
+                                  "depth": 8 if args.depth is None else args.depth}
         print_json(out)
     else:
         print(f"[{method.label}: {last.total_tokens} tokens in {last.total_steps} steps, "

@@ -55,7 +55,7 @@ def add_plan_pair_args(g) -> None:
 
 
 def acceptance_from_args(args) -> list[float]:
-    if getattr(args, "acceptance", None):
+    if getattr(args, "acceptance", None) is not None:
         return parse_acceptance(args.acceptance)
     raise UserError("give --acceptance or a model pair with --temperature")
 
@@ -104,7 +104,7 @@ def draw(tree: Tree, acceptance, max_nodes: int = 64) -> str:
 def time_dp(args) -> int:
     budget = args.budget if args.budget is not None else TIME_DP_DEFAULTS[0]
     depth = args.depth if args.depth is not None else TIME_DP_DEFAULTS[1]
-    if args.acceptance:
+    if args.acceptance is not None:
         acceptance, source = parse_acceptance(args.acceptance), "given"
     else:  # a synthetic decreasing vector: only the DP's speed is measured, no plan is reported
         w = TIME_DP_DEFAULTS[2]
@@ -125,7 +125,7 @@ def time_dp(args) -> int:
 
 
 def uses_pair(args) -> bool:
-    return not args.acceptance and (args.temperature is not None or args.auto or args.draft or args.target)
+    return args.acceptance is None and (args.temperature is not None or args.auto or args.draft or args.target)
 
 
 def plan_with_pair(args):

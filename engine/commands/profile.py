@@ -3,11 +3,9 @@ forward cost per width on this device (ALGORITHM.md §4)."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 from engine.commands import synthetic
-from engine.commands.common import add_pair_args, pair_from_args, print_json
+from engine.commands.common import add_pair_args, pair_from_args, print_json, writable
 from engine.errors import UserError
 from engine.paths import write_atomic
 from engine.profiler import drop_page_cache, profile_device, save_profile
@@ -36,7 +34,7 @@ def run(args) -> int:
         # a pair's own plans come from its measured acceptance: `python -m engine plan`
         raise UserError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --synthetic (random-weight "
                         "models); for a model pair, `python -m engine plan` plans from its measured acceptance")
-    out = _writable(args.out)
+    out = writable(args.out, "--out")
     pair = pair_from_args(args)
     before = drop_page_cache if args.drop_page_cache else None
     if before is not None:
@@ -63,20 +61,3 @@ def run(args) -> int:
               f"{'' if d is None else f'{d * 1e3:9.2f}'}")
     print(f"  draft/target cost ratio c = {d1 / t1:.3f}; per-step overhead {prof.overhead_seconds * 1e3:.2f} ms")
     return 0
-
-
-def _writable(path: str | None) -> Path | None:
-    """--out checked before minutes of timing, not after (only a missing folder is made before the profile
-    is written)."""
-    if path is None:
-        return None
-    out = Path(path)
-    if out.is_dir():
-        raise UserError(f"cannot write --out {path}: it is a folder")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot write --out {path}: {exc.strerror}") from None
-    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise UserError(f"cannot write --out {path}: Permission denied")
-    return out

@@ -43,7 +43,7 @@ def default_out(report: dict) -> Path:
 
 def run(args) -> int:
     acceptance = None
-    if args.acceptance:
+    if args.acceptance is not None:
         acceptance = parse_acceptance(args.acceptance)
     if args.max_budget < 1 or args.repeats < 1 or args.prefix < 1:
         raise UserError("--max-budget, --repeats and --prefix must be at least 1")
