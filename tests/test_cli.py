@@ -277,3 +277,17 @@ def test_bench_refuses_an_output_it_cannot_write_before_it_runs(tmp_path, capsys
     for flag in ("--json", "--plot"):
         code, err = in_process(capsys, "bench", flag, a_file / "report.json")
         assert code == 2 and f"cannot write {flag} {a_file / 'report.json'}" in err, err
+
+
+def test_generate_refuses_what_needs_no_models_before_loading_them(tmp_path, capsys, monkeypatch):
+    """An empty prompt, a budget or depth of 0, --auto with a chain and an unreadable tree file
+    were said only after the pair's half a minute of loading."""
+    from engine.commands import generate
+    monkeypatch.setattr(generate, "pair_from_args", lambda args: pytest.fail("the pair was loaded"))
+    for extra, needle in ((["--prompt", "  "], "prompt is empty"),
+                          (["--prompt", "x", "--budget", "0"], "budget"),
+                          (["--prompt", "x", "--depth", "0"], "depth"),
+                          (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),
+                          (["--prompt", "x", "--tree", tmp_path / "missing.json"], "cannot read tree file")):
+        code, err = in_process(capsys, "generate", *extra)
+        assert code == 2 and needle in err, (extra, err)

@@ -69,12 +69,13 @@ def spec_from_args(args) -> MethodSpec:
     return MethodSpec("sequoia-auto" if args.auto else "sequoia", budget, depth)
 
 
-def method_from_args(args, pair, settings, learn: bool = False, prompt_ids: list[int] | None = None):
+def method_from_args(args, pair, settings, learn: bool = False, prompt_ids: list[int] | None = None,
+                     spec: MethodSpec | None = None):
     """(method, plan): the method to run and its PlanResult (the DP plan measures the acceptance
     vector first when none is cached, or, with learn, starts from an interpolated one, and from
     what earlier runs of `prompt_ids` observed; the prompt's domain picks the code or prose vector
-    where they differ)."""
-    plan = build_plan(pair, spec_from_args(args), settings, measure=True, learn=learn,
+    where they differ). `spec`: spec_from_args(args) when the caller has it already."""
+    plan = build_plan(pair, spec or spec_from_args(args), settings, measure=True, learn=learn,
                       prompt=getattr(args, "prompt", None), prompt_ids=prompt_ids)
     return plan.method, plan
 
@@ -108,9 +109,13 @@ def run(args) -> int:
     if args.num_samples < 1:
         raise UserError(f"--num-samples must be at least 1 (got {args.num_samples})")
     settings = settings_from_args(args)
+    # what needs no models is refused before the pair's half a minute of loading
+    spec = spec_from_args(args)
+    if not args.prompt.strip():
+        raise UserError("the prompt is empty")
     pair = pair_from_args(args)
     prompt_ids = encode_prompt(pair, args.prompt, args.chat)
-    method, plan = method_from_args(args, pair, settings, learn=args.learn, prompt_ids=prompt_ids)
+    method, plan = method_from_args(args, pair, settings, learn=args.learn, prompt_ids=prompt_ids, spec=spec)
     log.info("method %s, tree %d nodes / %d levels", method.label, method.tree.size, method.tree.depth)
     generator = make_generator(pair.device, settings.seed)
     samples, first_events = [], None
