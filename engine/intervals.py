@@ -18,8 +18,20 @@ MIN_PROMPTS = 3   # below this a spread over prompts is not estimated
 
 
 def binomial(probabilities: list[float], positions: float) -> list[float]:
-    """Half-width of a 95 % normal interval per rank, for shares observed over `positions`."""
-    return [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / positions) for p in probabilities]
+    """Half-width of a 95 % interval per rank, for shares observed over `positions`: the normal
+    one, or, where larger, the distance from the share to the farther end of Wilson's score
+    interval. A rank seen 0 times in 5 positions had a half-width of 1e-6 (the normal interval
+    vanishes at a share of 0 or 1), a certainty 5 positions cannot give; Wilson's reaches 0.43
+    there, and agrees with the normal one within a few % for shares between 0.1 and 0.9 over
+    some hundreds of positions."""
+    z, n = 1.96, max(float(positions), 1e-12)
+    out = []
+    for p in probabilities:
+        normal = z * math.sqrt(max(p * (1 - p), 1e-12) / n)
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        out.append(max(normal, abs(centre - half - p), abs(centre + half - p)))
+    return out
 
 
 def prompt_row(counts: list[float], positions: float) -> list[float]:
