@@ -291,3 +291,17 @@ def test_generate_refuses_what_needs_no_models_before_loading_them(tmp_path, cap
                           (["--prompt", "x", "--tree", tmp_path / "missing.json"], "cannot read tree file")):
         code, err = in_process(capsys, "generate", *extra)
         assert code == 2 and needle in err, (extra, err)
+
+
+def test_generate_reads_every_format_export_writes(tmp_path):
+    """`generate --tree` took tree JSON and growmaps only: a Medusa or vLLM export fed back said
+    "tree parents must be integers" or "tree JSON must be {"parents": ...}"."""
+    from engine import export
+    from engine.commands.generate import load_tree_file
+    from engine.tree import Tree
+    tree = Tree((-1, 0, 0, 1, 2, 3))
+    for fmt, name in (("json", "t.json"), ("vllm", "v.json"), ("medusa", "m.json"), ("growmap", "g.pt")):
+        path = tmp_path / name
+        data = export.export_tree(tree, fmt)
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        assert load_tree_file(str(path)).parents == tree.parents, fmt

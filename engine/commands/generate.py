@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from engine import methods, observed, profiler
+from engine import export, methods, observed, profiler
 from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_args, print_json,
                                     settings_from_args)
 from engine.decoding import Decoder, make_generator
@@ -29,7 +29,8 @@ def register(sub) -> None:
     p.add_argument("--depth", type=int, default=None,
                    help="tree levels counting the root (chain/specinfer default 5, Sequoia default 8)")
     p.add_argument("--width", type=int, default=4, help="SpecInfer: independent chains under the root")
-    p.add_argument("--tree", default=None, help="Sequoia: a tree JSON file or an original growmap .pt")
+    p.add_argument("--tree", default=None,
+                   help="Sequoia: a tree file: tree JSON, an original growmap .pt, or a vllm or medusa export")
     p.add_argument("--auto", action="store_true",
                    help="Sequoia, hardware-aware (the app's default): the planner picks n <= --budget and "
                         "d <= --depth from this device's profile (timed first if none is cached)")
@@ -96,13 +97,14 @@ def record_costs(pair, events, settings, others_share: float | None = None) -> N
 
 
 def load_tree_file(path: str) -> Tree:
+    """A tree in any format `export` writes (tree JSON, growmap .pt, vLLM or Medusa JSON),
+    detected as `export --tree` detects it: an export fed back said "tree parents must be
+    integers" (Medusa) or "tree JSON must be {"parents": ...}" (vLLM)."""
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read tree file {path}: {exc.strerror}") from None
-    if path.endswith(".pt"):
-        return Tree.from_growmap(data)
-    return Tree.from_json(data.decode("utf-8", errors="replace"))
+    return export.import_tree(data, "growmap" if path.endswith(".pt") else None)
 
 
 def run(args) -> int:
