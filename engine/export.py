@@ -205,8 +205,12 @@ def detect_format(data: bytes) -> str:
         return "growmap"
     try:
         obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return "vllm"  # maybe a bare "[(0,), (1,)]" string: its own parser gives the clear error
+    except UnicodeDecodeError:
+        return "vllm"
+    except json.JSONDecodeError:
+        # a broken object is a broken tree JSON (its parser says where); else maybe a bare
+        # "[(0,), (1,)]" string, whose own parser gives the clear error
+        return "json" if data.lstrip()[:1] == b"{" else "vllm"
     if isinstance(obj, dict):
         return "vllm" if "speculative_config" in obj or "speculative_token_tree" in obj else "json"
     if isinstance(obj, list) and obj and all(isinstance(x, list) for x in obj):

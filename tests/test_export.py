@@ -352,3 +352,13 @@ def test_planner_tab_writes_every_format_it_offers(tmp_path, monkeypatch):
     assert planner_tab._export_path(choice) == str(tmp_path / "t.pt")
     root_files = planner_tab.write_exports(Tree((-1,)), "r", {})
     assert set(root_files) == {"json", "growmap"}  # vllm and medusa cannot express a root-only tree
+
+
+def test_a_broken_tree_json_is_said_to_be_one():
+    """A truncated tree JSON was taken for a bare vLLM string and refused as "speculative_token_tree
+    is not a Python list of tuples"; it is refused as the tree JSON it was meant to be."""
+    from engine import export
+    from engine.tree import TreeError
+    with pytest.raises(TreeError) as refused:
+        export.import_tree(b'{"parents": [-1, 0')
+    assert "speculative_token_tree" not in str(refused.value), refused.value
