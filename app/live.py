@@ -441,7 +441,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             if not job.done:
                 job.stop()
         if job.state == "stopped" and not run.events:
-            yield {status: sess.run_ended("live", STOPPED_BEFORE_A_STEP)}
+            yield {status: sess.run_ended("live", STOPPED_BEFORE_A_STEP), replay: _replay_update(0)}
 
     def show_step(step_v, request: gr.Request):
         sess = ctx.sessions.get(request)

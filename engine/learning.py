@@ -53,12 +53,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from engine import answer_drift, prompt_memory
+from engine import answer_drift, intervals, prompt_memory
 from engine.paths import cache_dir, locked, write_atomic
 
 log = logging.getLogger(__name__)
@@ -264,8 +263,7 @@ def with_stored(vec, stored: Evidence):
         return vec
     probs = pooled(vec.probabilities, stored)
     n = max(1.0, stored.nodes)
-    ci = [1.96 * math.sqrt(max(p * (1 - p), 1e-12) / (PRIOR_WEIGHT + (stored.trials[k] if k < len(stored.trials)
-                                                                     else 0.0)))
+    ci = [intervals.binomial([p], PRIOR_WEIGHT + (stored.trials[k] if k < len(stored.trials) else 0.0))[0]
           for k, p in enumerate(probs)]
     return replace(vec, probabilities=probs, none=max(0.0, 1.0 - sum(probs)), ci95=ci, prompt_counts=[],
                    interval="positions", positions=int(vec.positions + n),

@@ -35,34 +35,46 @@ MIN_SAMPLES = 3
 MAX_OTHERS_SHARE = 0.15   # of all the CPUs' time, used by other programs during a run, at most
 
 
-def _busy_seconds() -> float | None:
-    """CPU seconds every CPU has spent busy since boot, from /proc/stat (user, nice, system, irq,
-    softirq and steal: a hypervisor's other guests slow a run as much as this machine's other
-    programs); None where there is no /proc/stat."""
+def _our_cpus() -> set[int]:
+    """The CPUs this process may run on (a container's cpuset, taskset), else every one."""
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def _busy_seconds(cpus: set[int]) -> float | None:
+    """CPU seconds these CPUs have spent busy since boot, from /proc/stat's per-CPU lines (user,
+    nice, system, irq, softirq and steal: a hypervisor's other guests slow a run as much as this
+    machine's other programs); None where there is no /proc/stat."""
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()
-        ticks = [int(x) for x in fields[1:9]]
+            lines = [line.split() for line in f if line.startswith("cpu") and line[3].isdigit()]
+        total = 0
+        for fields in lines:
+            if int(fields[0][3:]) in cpus:
+                user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+                total += user + nice + system + irq + softirq + steal
     except (OSError, ValueError, IndexError):
         return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return total / os.sysconf("SC_CLK_TCK") if lines else None
 
 
 class OthersWatch:
-    """How much of the CPUs other programs used between its start and `share()`: the CPUs' busy
-    time (/proc/stat) less this process's own (all its threads), over the wall time times the
-    CPUs. None where /proc/stat cannot be read (the run is then recorded as before)."""
+    """How much of this process's CPUs other programs used between its start and `share()`: their
+    busy time (/proc/stat) less this process's own (all its threads), over the wall time times
+    the CPUs. None where /proc/stat cannot be read (the run is then recorded as before)."""
 
     def __init__(self):
-        self.wall, self.busy, self.own = time.perf_counter(), _busy_seconds(), time.process_time()
+        self.cpus = _our_cpus()
+        self.wall, self.busy, self.own = time.perf_counter(), _busy_seconds(self.cpus), time.process_time()
 
     def share(self) -> float | None:
-        busy, wall = _busy_seconds(), time.perf_counter() - self.wall
+        busy, wall = _busy_seconds(self.cpus), time.perf_counter() - self.wall
         if busy is None or self.busy is None or wall <= 0:
             return None
         others = (busy - self.busy) - (time.process_time() - self.own)
-        return max(0.0, others / (wall * (os.cpu_count() or 1)))
+        return max(0.0, others / (wall * len(self.cpus)))
 
 
 @dataclass

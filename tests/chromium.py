@@ -19,7 +19,7 @@ needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROM
 # true once the Live tab's run is done, stopped or failed, or the page shows an error message
 DONE_OR_ERROR = ("() => { const s = document.querySelector('#sq-live-status');"
                  " return s && (s.innerText.includes('Done') || s.innerText.includes('✗')"
-                 " || s.innerText.includes('■ Stopped:'))"
+                 " || s.innerText.includes('■ Stopped:') || s.innerText.includes('Stopped before'))"
                  " || document.querySelector('[data-testid=\"toast-body\"]'); }")
 
 

@@ -294,7 +294,9 @@ def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, p
     nothing until that run had ended (minutes, on a real pair). A check that waits for nothing
     now says it at once, and the race is not queued."""
     url, ctx = served
+    before = set(ctx.sessions._items)
     start_a_slow_run(page, url, monkeypatch)
+    sess_key = next(key for key in list(ctx.sessions._items) if key not in before)
     open_tab(page, "Race")
     toast_says = ("(text) => [...document.querySelectorAll('[data-testid=\"toast-body\"]')]"
                   ".some(t => t.innerText.includes(text))")
@@ -305,11 +307,14 @@ def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, p
     page.locator("#sq-race-prompt textarea").fill("  ")
     page.click("#sq-race-start")
     page.wait_for_function(toast_says, arg="the prompt is empty", timeout=10_000)
+    from app import waiting
+    assert not waiting.waiting(ctx.sessions.blocks, sess_key, ctx.run_events["race"])   # not queued
     assert not [s for s in list(ctx.sessions._items.values()) if s.job is not None and s.job.name == "race"]
     open_tab(page, "Live")
     assert "step " in page.locator("#sq-live-status").inner_text()   # the Live run still goes
     page.click("#sq-stop")
-    run_ends(page, ctx, 60)
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
+                           timeout=60_000)   # (the toasts above would satisfy run_ends at once)
 
 
 def test_a_race_started_during_the_live_run_is_taken_back_by_the_race_tabs_stop(served, page, monkeypatch):

@@ -284,11 +284,16 @@ def test_generate_refuses_what_needs_no_models_before_loading_them(tmp_path, cap
     were said only after the pair's half a minute of loading."""
     from engine.commands import generate
     monkeypatch.setattr(generate, "pair_from_args", lambda args: pytest.fail("the pair was loaded"))
+    tree = tmp_path / "tree.json"
+    tree.write_text(json.dumps({"parents": [-1, 0, 0, 1, 2, 3]}))
     for extra, needle in ((["--prompt", "  "], "prompt is empty"),
                           (["--prompt", "x", "--budget", "0"], "budget"),
                           (["--prompt", "x", "--depth", "0"], "depth"),
                           (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),
-                          (["--prompt", "x", "--tree", tmp_path / "missing.json"], "cannot read tree file")):
+                          (["--prompt", "x", "--tree", tmp_path / "missing.json"], "cannot read tree file"),
+                          (["--prompt", "x", "--method", "chain", "--depth", "40"], "depth"),
+                          (["--prompt", "x", "--method", "specinfer", "--width", "64", "--depth", "8"], "449 nodes"),
+                          (["--prompt", "x", "--tree", tree, "--budget", "3"], "has 6 nodes, more than --budget 3")):
         code, err = in_process(capsys, "generate", *extra)
         assert code == 2 and needle in err, (extra, err)
 

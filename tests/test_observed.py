@@ -103,21 +103,29 @@ def test_a_run_that_shared_the_cpus_with_other_programs_is_not_recorded(monkeypa
 
 def test_the_others_watch_sees_programs_that_keep_every_cpu_busy():
     """OthersWatch reads /proc/stat: with a busy process per CPU for a second while this process
-    sleeps, other programs used most of the CPUs; its own work does not count as theirs."""
-    import os
+    sleeps, other programs used most of the CPUs."""
     import subprocess
     import sys
-    import time
     watch = observed.OthersWatch()
     if watch.busy is None:
         pytest.skip("no /proc/stat here")
     spin = "import time\nend = time.time() + 1.0\nwhile time.time() < end: pass"
-    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(len(watch.cpus))]
     for proc in busy:
         proc.wait()
     assert watch.share() > 0.5
-    mine = observed.OthersWatch()
-    end = time.perf_counter() + 0.5
-    while time.perf_counter() < end:   # this process busy: not others' use
-        pass
-    assert mine.share() < watch.share()
+
+
+def test_the_others_watch_leaves_out_this_process_own_cpu_time(monkeypatch):
+    """Busy time of every CPU less this process's own (all its threads), over wall time times the
+    CPUs: a run that kept both of 2 CPUs busy itself leaves others nothing."""
+    clock = {"busy": 100.0, "own": 10.0, "wall": 0.0}
+    monkeypatch.setattr(observed, "_busy_seconds", lambda cpus: clock["busy"])
+    monkeypatch.setattr(observed.time, "process_time", lambda: clock["own"])
+    monkeypatch.setattr(observed.time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(observed, "_our_cpus", lambda: {0, 1})
+    watch = observed.OthersWatch()
+    clock.update(busy=102.0, own=12.0, wall=1.0)     # 2 CPU-seconds busy in 1 s, all of them ours
+    assert watch.share() == 0.0
+    clock.update(busy=103.8, own=13.0, wall=2.0)     # 3.8 busy, 3.0 ours: 0.8 of 4 CPU-seconds
+    assert watch.share() == pytest.approx(0.2)

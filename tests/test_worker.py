@@ -416,12 +416,14 @@ def test_race_lanes_step_in_turn_and_match_their_own_runs(worker):
     assert alone[-1].token_ids == summaries["chain"]["token_ids"]
 
 
-def test_app_runs_stay_out_of_the_observed_costs_and_cli_runs_record_theirs(worker, capsys):
+def test_app_runs_stay_out_of_the_observed_costs_and_cli_runs_record_theirs(worker, capsys, monkeypatch):
     """A Race's lanes and a Live run are slowed (unevenly) by the page drawing them on the same
     cores: their seconds must not bend the cost curve later plans read. The CLI's runs are
-    recorded (engine/commands/generate.py)."""
+    recorded (engine/commands/generate.py) when other programs left them the CPUs, which this
+    test's neighbours (the suite's other workers) do not: that share is pinned to none here."""
     from engine import observed, profiler
     from engine.cli import main
+    monkeypatch.setattr(observed.OthersWatch, "share", lambda self: 0.0)
     pair = worker._pair
     key = profiler.profile_key(pair)
     before = observed.load(key).steps

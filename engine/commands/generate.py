@@ -12,7 +12,7 @@ from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_
 from engine.decoding import Decoder, make_generator
 from engine.errors import UserError
 from engine.models import encode_prompt
-from engine.planning import MethodSpec, Replanner, build_plan, check_shape
+from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, check_shape
 from engine.tree import Tree
 
 log = logging.getLogger(__name__)
@@ -56,15 +56,22 @@ def spec_from_args(args) -> MethodSpec:
         depth = 5 if depth is None else depth
         width = 1 if args.method == "chain" else args.width
         methods.specinfer(width, depth)  # validates width and depth with the usual messages
-        size = 1 + width * (depth - 1)
+        size, shape = 1 + width * (depth - 1), f"{args.method} of depth {depth}" + (
+            f" and width {width}" if width > 1 else "")
         if args.budget is not None and size > args.budget:   # as the app refuses it: never a silent bigger tree
-            raise UserError(f"{args.method} of depth {depth}" + (f" and width {width}" if width > 1 else "")
-                            + f" has {size} nodes, more than --budget {args.budget}")
-        return MethodSpec(args.method, size, depth, width=args.width if args.method == "specinfer" else None)
+            raise UserError(f"{shape} has {size} nodes, more than --budget {args.budget}")
+        if size > MAX_BUDGET:
+            raise UserError(f"{shape} has {size} nodes, more than the {MAX_BUDGET} a tree may have")
+        spec = MethodSpec(args.method, size, depth, width=args.width if args.method == "specinfer" else None)
+        spec.check()   # depth and size within what a run takes: said before the pair loads
+        return spec
     if args.tree:
         if args.auto:
             raise UserError("--auto plans the tree itself: leave out --tree")
-        return MethodSpec("tree", tree=load_tree_file(args.tree))
+        tree = load_tree_file(args.tree)
+        if args.budget is not None and tree.size > args.budget:
+            raise UserError(f"the tree in {args.tree} has {tree.size} nodes, more than --budget {args.budget}")
+        return MethodSpec("tree", tree=tree)
     budget, depth = (SEQUOIA_BUDGET if args.budget is None else args.budget), (8 if depth is None else depth)
     check_shape(budget, depth)
     return MethodSpec("sequoia-auto" if args.auto else "sequoia", budget, depth)
