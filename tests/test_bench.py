@@ -58,7 +58,9 @@ def test_bench_quick_structure(tmp_path):
         if r["method"] == "specinfer":
             assert r["width"] == 2 and r["nodes"] == 2 * (r["depth"] - 1) + 1
         if r["method"] == "ar":
-            assert r["speedup_vs_ar"] == pytest.approx(1.0) and r["draft_seconds"] < 0.05 * r["verify_seconds"]
+            # no draft forward (one would cost about what the verify does); a few ms of bookkeeping
+            # may read as draft time on a loaded machine (2.8 against 37.8 ms once in CI)
+            assert r["speedup_vs_ar"] == pytest.approx(1.0) and r["draft_seconds"] < 0.25 * r["verify_seconds"]
         if r["temperature"] == 0:
             assert r["matches_ar"], r["label"]  # greedy: every method reproduces autoregressive
     # one Sequoia tree at the SpecInfer node count, so the two can be compared
