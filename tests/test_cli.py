@@ -293,7 +293,11 @@ def test_generate_refuses_what_needs_no_models_before_loading_them(tmp_path, cap
                           (["--prompt", "x", "--tree", tmp_path / "missing.json"], "cannot read tree file"),
                           (["--prompt", "x", "--method", "chain", "--depth", "40"], "depth"),
                           (["--prompt", "x", "--method", "specinfer", "--width", "64", "--depth", "8"], "449 nodes"),
-                          (["--prompt", "x", "--tree", tree, "--budget", "3"], "has 6 nodes, more than --budget 3")):
+                          (["--prompt", "x", "--tree", tree, "--budget", "3"], "has 6 nodes, more than --budget 3"),
+                          # another method's options are refused, not ignored
+                          (["--prompt", "x", "--method", "chain", "--tree", tree], "--tree runs the given tree"),
+                          (["--prompt", "x", "--method", "chain", "--width", "3"], "--width sets SpecInfer's"),
+                          (["--prompt", "x", "--method", "ar", "--width", "3"], "--width sets SpecInfer's")):
         code, err = in_process(capsys, "generate", *extra)
         assert code == 2 and needle in err, (extra, err)
 

@@ -28,7 +28,7 @@ def register(sub) -> None:
                         "an upper bound their tree must fit")
     p.add_argument("--depth", type=int, default=None,
                    help="tree levels counting the root (chain/specinfer default 5, Sequoia default 8)")
-    p.add_argument("--width", type=int, default=4, help="SpecInfer: independent chains under the root")
+    p.add_argument("--width", type=int, default=None, help="SpecInfer: independent chains under the root (default 4)")
     p.add_argument("--tree", default=None,
                    help="Sequoia: a tree file: tree JSON, an original growmap .pt, or a vllm or medusa export")
     p.add_argument("--auto", action="store_true",
@@ -44,17 +44,24 @@ def register(sub) -> None:
 
 
 SEQUOIA_BUDGET = 16   # nodes of a Sequoia tree when --budget is not given
+SPECINFER_WIDTH = 4   # SpecInfer's chains when --width is not given
 
 
 def spec_from_args(args) -> MethodSpec:
     depth = args.depth
     if args.auto and args.method != "sequoia":
         raise UserError(f"--auto plans Sequoia trees; it does not apply to --method {args.method}")
+    # options of another method are refused, not ignored (a chain ran with --tree FILE unread)
+    if args.tree and args.method != "sequoia":
+        raise UserError(f"--tree runs the given tree with Sequoia's verification; it does not apply to "
+                        f"--method {args.method}")
+    if args.width is not None and args.method != "specinfer":
+        raise UserError(f"--width sets SpecInfer's chains; it does not apply to --method {args.method}")
     if args.method == "ar":
         return MethodSpec("ar", 1, 1)
     if args.method in ("chain", "specinfer"):
         depth = 5 if depth is None else depth
-        width = 1 if args.method == "chain" else args.width
+        width = 1 if args.method == "chain" else SPECINFER_WIDTH if args.width is None else args.width
         methods.specinfer(width, depth)  # validates width and depth with the usual messages
         size, shape = 1 + width * (depth - 1), f"{args.method} of depth {depth}" + (
             f" and width {width}" if width > 1 else "")
@@ -62,7 +69,7 @@ def spec_from_args(args) -> MethodSpec:
             raise UserError(f"{shape} has {size} nodes, more than --budget {args.budget}")
         if size > MAX_BUDGET:
             raise UserError(f"{shape} has {size} nodes, more than the {MAX_BUDGET} a tree may have")
-        spec = MethodSpec(args.method, size, depth, width=args.width if args.method == "specinfer" else None)
+        spec = MethodSpec(args.method, size, depth, width=width if args.method == "specinfer" else None)
         spec.check()   # depth and size within what a run takes: said before the pair loads
         return spec
     if args.tree:
