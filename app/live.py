@@ -27,6 +27,13 @@ TEXT_INTERVAL = 0.05  # text and metric cards: at most 20 per second (step data 
 ACC_INTERVAL = 2.0
 READY = "Ready. Press **Generate**; move the budget or temperature to re-plan."  # the status line, no run yet
 NO_PAIR = "No model pair is loaded: load one in the Models tab."   # ... and no pair (a load stopped or failed)
+MODEL = dict(concurrency_id="model", concurrency_limit=1)
+EMPTY_PROMPT = "the prompt is empty: type something or pick an example"
+LIGHT = dict(concurrency_limit=None)
+# Events the page wires to itself (a re-plan on each edit, the plan after a run, the page's first
+# plan): callable by name with every input given, but left off the "Use via API" page, which then
+# lists what a script wants (/generate, /race, /plan, ...: README, The app)
+PAGE_WIRING = dict(api_visibility="undocumented")
 
 
 def no_pair_text(worker, while_loading: str) -> str:
@@ -35,13 +42,6 @@ def no_pair_text(worker, while_loading: str) -> str:
     if worker.load_underway:
         return f"The model pair is still loading (see the header). {while_loading}"
     return NO_PAIR
-MODEL = dict(concurrency_id="model", concurrency_limit=1)
-EMPTY_PROMPT = "the prompt is empty: type something or pick an example"
-LIGHT = dict(concurrency_limit=None)
-# Events the page wires to itself (a re-plan on each edit, the plan after a run, the page's first
-# plan): callable by name with every input given, but left off the "Use via API" page, which then
-# lists what a script wants (/generate, /race, /plan, ...: README, The app)
-PAGE_WIRING = dict(api_visibility="undocumented")
 
 
 def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, **options):

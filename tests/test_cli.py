@@ -122,10 +122,10 @@ BAD = [
     (["--prompt", "x", "--method", "chain", "--depth", "0"], "depth"),
     (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),
     # a budget a chain or SpecInfer tree does not fit (was ignored: an 8-node chain ran)
-    (["--prompt", "x", "--method", "chain", "--budget", "4", "--depth", "8"], "chain of depth 8 has 8 nodes, more "
-                                                                             "than --budget 4"),
+    (["--prompt", "x", "--method", "chain", "--budget", "4", "--depth", "8"], "chain with depth 8 needs 8 nodes, "
+                                                                             "above the budget of 4"),
     (["--prompt", "x", "--method", "specinfer", "--width", "3", "--depth", "4", "--budget", "9"],
-     "specinfer of depth 4 and width 3 has 10 nodes, more than --budget 9"),
+     "specinfer with depth 4 needs 10 nodes, above the budget of 9"),
     (["--prompt", "x", "--device", "meta"], "unknown device 'meta'"),
     (["--prompt", "x", "--tree", "t.json", "--auto"], "leave out --tree"),
 ]

@@ -232,7 +232,8 @@ def _shown(path: Path) -> str:
 
 def run(args) -> int:
     config = config_from_args(args)
-    writable(args.json_out, "--json"), writable(args.plot, "--plot")   # before minutes of runs, not after
+    writable(args.json_out, "--json")   # both before minutes of runs, not after them
+    writable(args.plot, "--plot")
     prompts, prompt_source = bench_prompts(args)
     pair = pair_from_args(args)
     baseline = None

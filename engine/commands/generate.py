@@ -63,14 +63,13 @@ def spec_from_args(args) -> MethodSpec:
         depth = 5 if depth is None else depth
         width = 1 if args.method == "chain" else SPECINFER_WIDTH if args.width is None else args.width
         methods.specinfer(width, depth)  # validates width and depth with the usual messages
-        size, shape = 1 + width * (depth - 1), f"{args.method} of depth {depth}" + (
-            f" and width {width}" if width > 1 else "")
-        if args.budget is not None and size > args.budget:   # as the app refuses it: never a silent bigger tree
-            raise UserError(f"{shape} has {size} nodes, more than --budget {args.budget}")
-        if size > MAX_BUDGET:
-            raise UserError(f"{shape} has {size} nodes, more than the {MAX_BUDGET} a tree may have")
-        spec = MethodSpec(args.method, size, depth, width=width if args.method == "specinfer" else None)
-        spec.check()   # depth and size within what a run takes: said before the pair loads
+        size = 1 + width * (depth - 1)
+        if size > MAX_BUDGET:   # named as the tree's size: no budget of the user's is exceeded
+            raise UserError(f"{args.method} of depth {depth}" + (f" and width {width}" if width > 1 else "")
+                            + f" has {size} nodes, more than the {MAX_BUDGET} a tree may have")
+        spec = MethodSpec(args.method, size if args.budget is None else args.budget, depth,
+                          width=width if args.method == "specinfer" else None)
+        spec.check()   # a tree larger than --budget is refused as the app refuses it: before the pair loads
         return spec
     if args.tree:
         if args.auto:
