@@ -13,6 +13,7 @@ from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
 from engine import interpolation, prompt_memory
 from engine.decoding import StepEvent
 from engine.errors import UserError
+from engine.models import prompt_is_blank
 from engine.tree import Tree, TreeError
 from engine.jobs import Note, Progress
 from engine.planning import NeedsMeasurement
@@ -53,7 +54,7 @@ def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None
     and `fn` starts only if it passed. A script calling `api_name` is checked as before, when its
     event starts. Returns `fn`'s event."""
     def fields_checked(*values):
-        if prompt_at is not None and not str(values[prompt_at] or "").strip():
+        if prompt_at is not None and prompt_is_blank(values[prompt_at]):
             raise gr.Error(EMPTY_PROMPT)
     check = trigger(fields_checked, inputs, None, api_name=f"{api_name}_fields", show_progress="hidden",
                     **PAGE_WIRING, **LIGHT)
@@ -371,7 +372,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: TAKEN_BACK}
             return
         try:
-            if not isinstance(prompt_v, str) or not prompt_v.strip():
+            if prompt_is_blank(prompt_v):
                 raise UserError(EMPTY_PROMPT)
             settings = settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)

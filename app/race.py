@@ -10,6 +10,7 @@ from app.live import (EMPTY_PROMPT, TAKEN_BACK, failure_message, model_run, prog
                       taken_back, wire_stop)
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
+from engine.models import prompt_is_blank
 from engine.settings import MAX_NEW_TOKENS
 from engine.tree import TreeError
 from engine.jobs import LaneEvent, Note, Progress
@@ -167,7 +168,7 @@ def build(ctx: AppContext) -> dict:
             yield {status: TAKEN_BACK}
             return
         try:
-            if not isinstance(prompt_v, str) or not prompt_v.strip():
+            if prompt_is_blank(prompt_v):
                 raise UserError(EMPTY_PROMPT)
             if not methods_v:
                 raise UserError("pick at least one method for the race")

@@ -536,9 +536,15 @@ def _display_name(name: str, source: str) -> str:
     return Path(source).name
 
 
+def prompt_is_blank(text) -> bool:
+    """No prompt to run: None, not text, or only whitespace. One rule for the page's field check,
+    its handlers, the CLI and the encoder (each says it in its own words)."""
+    return not isinstance(text, str) or not text.strip()
+
+
 def encode_prompt(pair: ModelPair, text: str, chat: bool | None = None) -> list[int]:
     """Token ids for a prompt; instruct models get their chat template (default when they have one)."""
-    if not isinstance(text, str) or not text.strip():
+    if prompt_is_blank(text):
         raise UserError("the prompt is empty")
     use_chat = pair.has_chat_template if chat is None else chat
     tok = pair.tokenizer

@@ -19,6 +19,20 @@ from functools import cached_property
 import torch
 
 
+
+def _unpickler_reason(exc: pickle.UnpicklingError) -> str:
+    """The line of torch's weights-only refusal that names what it met ("Unsupported global:
+    GLOBAL os.system", "unsupported GLOBAL posix.system", "Unsupported operand 54"), without its
+    advice to load with weights_only=False, which would run whatever the file holds."""
+    advice = ("weights_only", "Weights only load failed", "documentation", "file an issue", "trust")
+    for line in str(exc).splitlines():
+        line = line.split("WeightsUnpickler error:", 1)[-1]
+        line = line.split(" was not an allowed global")[0].split(" whose module")[0].strip()
+        if line and not any(a in line for a in advice):
+            return line
+    return "refused by torch"
+
+
 class TreeError(ValueError):
     """A tree description that cannot be used (cycle, missing root, too large, ...)."""
 
@@ -231,9 +245,10 @@ class Tree:
         try:
             obj = torch.load(source, weights_only=True, map_location="cpu")
         except pickle.UnpicklingError as exc:
-            raise TreeError(f"growmap refused (not plain data, never executed): {str(exc).splitlines()[0]}") from None
+            raise TreeError(f"growmap refused: not a file of plain lists and tensors ({_unpickler_reason(exc)}); "
+                            "nothing in it was run") from None
         except Exception as exc:  # corrupt zip, truncated file, ...
-            raise TreeError(f"growmap file could not be read: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+            raise TreeError(f"growmap file could not be read as a torch .pt file ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
         if not isinstance(obj, dict) or "Successors" not in obj:
             raise TreeError("growmap must be a dict with a 'Successors' entry")
         successors = obj["Successors"]

@@ -495,9 +495,9 @@ class Worker:
 def _prompt_ids(pair, prompt: str | None) -> list[int] | None:
     """The Live prompt's tokens as a run would encode them, or None (no prompt, or one that does
     not encode: the run itself says why)."""
-    if not prompt or not prompt.strip():
+    from engine.models import encode_prompt, prompt_is_blank
+    if prompt_is_blank(prompt):
         return None
-    from engine.models import encode_prompt
     try:
         return encode_prompt(pair, prompt)
     except Exception:  # noqa: BLE001 - a plan without the prompt's memory beats no plan

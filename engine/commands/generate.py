@@ -11,7 +11,7 @@ from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_
                                     settings_from_args)
 from engine.decoding import Decoder, make_generator
 from engine.errors import UserError
-from engine.models import encode_prompt
+from engine.models import encode_prompt, prompt_is_blank
 from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, check_shape
 from engine.tree import Tree
 
@@ -126,7 +126,7 @@ def run(args) -> int:
     settings = settings_from_args(args)
     # what needs no models is refused before the pair's half a minute of loading
     spec = spec_from_args(args)
-    if not args.prompt.strip():
+    if prompt_is_blank(args.prompt):
         raise UserError("the prompt is empty")
     pair = pair_from_args(args)
     prompt_ids = encode_prompt(pair, args.prompt, args.chat)
