@@ -12,6 +12,7 @@ or a config.json file / model folder, each optionally followed by `:key=value,..
 e.g. `7b:num_hidden_layers=2`."""
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import time
@@ -71,12 +72,37 @@ def parse_size(spec: str) -> tuple[str, dict]:
             raise UserError(f"cannot read {path}: {exc}") from None
         if "model_type" not in cfg:
             raise UserError(f"{path} has no model_type")
+    overridden = []
     for item in (x for x in over.split(",") if x.strip()):
         k, eq, v = item.partition("=")
         if not eq:
             raise UserError(f"override '{item}' must look like key=value")
         cfg[k.strip()] = _value(v.strip())
+        overridden.append(k.strip())
+    _refuse_misspelt_keys(cfg, overridden)
     return spec, cfg
+
+
+def _refuse_misspelt_keys(cfg: dict, keys: list[str]) -> None:
+    """An override the config keeps as a key of its own, neither one of its model type's fields
+    nor an alias of one, close to one of them, is taken for a typo and refused
+    (`num_hiden_layers=2` built the full depth, silently). Keys the config turns into others
+    (rope_theta → rope_parameters in transformers 5) are not kept as themselves and pass; a key
+    close to no field is kept, with a warning (a model may read keys its defaults lack)."""
+    if not keys:
+        return
+    from transformers import AutoConfig
+    try:
+        defaults = AutoConfig.for_model(cfg["model_type"])
+    except Exception:  # noqa: BLE001 - an unknown model type: make_config says so
+        return
+    fields = set(defaults.to_dict()) | set(type(defaults).attribute_map)
+    kept = set(make_config(cfg).to_dict())
+    for key in (k for k in keys if k not in fields and k in kept):
+        close = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=0.8)
+        if close:
+            raise UserError(f"override '{key}' is not a {cfg['model_type']} config field: did you mean '{close[0]}'?")
+        log.warning("override %r is not a field of a %s config; kept as given", key, cfg["model_type"])
 
 
 def _value(text: str):
@@ -94,8 +120,8 @@ def make_config(cfg: dict):
     model_type = cfg.pop("model_type")
     for k in ("architectures", "transformers_version", "torch_dtype", "dtype", "_name_or_path"):
         cfg.pop(k, None)
-    # a key the config does not know is kept, not refused: transformers 5 takes any key, and turns
-    # older ones (rope_theta) into newer ones (rope_parameters), so no list of keys tells a typo
+    # transformers 5 takes any key, and turns older ones (rope_theta) into newer ones
+    # (rope_parameters): an override's typo is caught by parse_size, which knows the overrides
     try:
         return AutoConfig.for_model(model_type, **cfg)
     except Exception as exc:  # noqa: BLE001 - the config's own checks (a value of the wrong type, ...)

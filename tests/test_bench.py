@@ -234,3 +234,21 @@ def test_a_synthetic_configs_bad_override_is_one_user_error():
     assert "\n" not in str(refused.value)
     assert make_config(parse_size("tiny-target:rope_theta=500000")[1]).rope_parameters["rope_theta"] == 500000
     assert make_config(parse_size("tiny-target:num_hidden_layers=2")[1]).num_hidden_layers == 2
+
+
+def test_a_misspelt_synthetic_override_is_refused_with_the_field_meant(caplog, tmp_path):
+    """`tiny-target:num_hiden_layers=2` built the preset's full depth and timed it as asked,
+    silently (transformers 5 keeps any key). A key close to a field is refused; an alias
+    (gpt2's num_hidden_layers → n_layer) and a key transformers turns into another pass; a key
+    close to no field is kept with a warning."""
+    from engine.errors import UserError
+    from engine.synthetic import make_config, parse_size
+    with pytest.raises(UserError, match="'num_hiden_layers' is not a llama config field: did you mean 'num_hidden_layers'"):
+        parse_size("tiny-target:num_hiden_layers=2")
+    gpt2 = tmp_path / "config.json"
+    gpt2.write_text('{"model_type": "gpt2", "n_layer": 4, "n_embd": 64, "n_head": 4, "vocab_size": 100}')
+    assert make_config(parse_size(f"{gpt2}:num_hidden_layers=2")[1]).n_layer == 2
+    assert make_config(parse_size("tiny-target:rope_theta=500000")[1]).rope_parameters["rope_theta"] == 500000
+    with caplog.at_level("WARNING", logger="engine.synthetic"):
+        assert make_config(parse_size("tiny-target:some_new_field=3")[1]).some_new_field == 3
+    assert "'some_new_field' is not a field of a llama config" in caplog.text
