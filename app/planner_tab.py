@@ -269,7 +269,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             tree = read_tree_file(path)
         except (UserError, TreeError) as exc:
             raise gr.Error(f"import failed: {exc}") from None
-        sess.imported, sess.imported_name = tree, Path(path).name
+        sess.imported = tree
         return {import_status: f"Imported **{render.esc(Path(path).name)}**: {tree.size} nodes, {tree.depth} levels "
                                f"(widths {tree.level_widths}). The Live tab's method is now *Imported tree*.",
                 chosen: plots.plan_figure(tree, None, title=f"Imported tree: {tree.size} nodes, {tree.depth} levels"),

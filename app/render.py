@@ -109,8 +109,7 @@ def _card(value: str, caption: str, sub: str = "", color: str | None = None) -> 
             f'<div class="sq-sub">{sub}</div></div>')
 
 
-def metrics_html(events, predicted: float | None = None, predicted_note: str = "", label: str = "",
-                 step_view=None) -> str:
+def metrics_html(events, predicted: float | None = None, predicted_note: str = "", label: str = "") -> str:
     real = [e for e in events if e.nodes]
     if not events:
         return '<div class="sq-metrics sq-empty">Metrics appear here while a run goes.</div>'

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +51,6 @@ class Session:
     run_info: dict = field(default_factory=dict)  # greedy, sampler, planned vector, label, ...
     live: tuple = (0, None, None)
     imported: Tree | None = None
-    imported_name: str = ""
     plan: Any = None                      # last PlanResult shown
     submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
     plan_asks: int = 0                    # plans asked for by this page, Generate's included
@@ -64,7 +62,6 @@ class Session:
     stopped_going: set = field(default_factory=set)
     # ids of this page's events a Stop took back while they waited in Gradio's queue (app/waiting.py)
     taken_back: OrderedDict = field(default_factory=OrderedDict)
-    touched: float = field(default_factory=time.time)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -211,7 +208,6 @@ class Sessions:
                     _, old = self._items.popitem(last=False)
                     old.stop_all()
             self._items.move_to_end(key)
-            sess.touched = time.time()
             return sess
 
     def known(self, request: gr.Request | None) -> bool:

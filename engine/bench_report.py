@@ -29,21 +29,6 @@ def format_table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def markdown_table(report: dict) -> str:
-    """The results as a Markdown table (for the README's Results section)."""
-    rows = ["| T | method | nodes | depth | tokens/s median [min–max] | speedup vs AR | tokens/step "
-            "(predicted) | draft / verify / other | peak RSS |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for r in report["results"]:
-        pred = f" ({r['predicted_tokens_per_step']:.2f})" if r.get("predicted_tokens_per_step") else ""
-        split = "/".join(f"{100 * (r[k] or 0):.0f}" for k in ("draft_fraction", "verify_fraction", "other_fraction"))
-        mem = f"{r['peak_memory_bytes'] / 2**30:.1f} GiB" if r.get("peak_memory_bytes") else "-"
-        rows.append(f"| {r['temperature']:g} | {r['label']} | {r['nodes']} | {r['depth']} | "
-                    f"{r['tokens_per_second']:.2f} [{r['tokens_per_second_min']:.2f}–{r['tokens_per_second_max']:.2f}] | "
-                    f"{_fmt(r['speedup_vs_ar'])}× | {r['tokens_per_step']:.2f}{pred} | {split} % | {mem} |")
-    return "\n".join(rows)
-
-
 def format_goals(report: dict) -> str:
     lines = []
     for g in report["goals"]:

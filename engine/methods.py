@@ -10,7 +10,6 @@ from engine.errors import UserError
 from engine.tree import Tree
 
 METHOD_NAMES = ("ar", "chain", "specinfer", "sequoia")
-SAMPLERS = ("sequoia", "specinfer")
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ class PlanTable:
             best, arg = _first_max(T[:, l, :], axis=1)
             G[:, l] = best
             BEST_B[:, l] = arg
-        self._T, self._Y, self._G, self._best_b = T, Y, G, BEST_B
+        self._Y, self._G, self._best_b = Y, G, BEST_B   # T (values by filler) is not needed once G holds them
         self._levels, self._filler = L, (F if N - 1 > W else None)
         self._ew_memo: dict[tuple[int, int], list[int]] = {}
 

@@ -61,7 +61,6 @@ class Job:
         self.state = QUEUED
         self.error: BaseException | None = None
         self.result: Any = None
-        self.submitted_at = time.time()
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.background = False  # a unit of background measurement (engine/refine.py): any job stops it
