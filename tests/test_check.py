@@ -95,9 +95,13 @@ def test_config_is_validated():
 
 
 # ------------------------------------------------------------------ the check on a tiny pair
-def test_correct_pair_passes(pair):
+def test_correct_pair_passes(pair, monkeypatch):
+    import transformers.utils.generic as hf_generic
+    said = []   # transformers' deprecation notices (it read a cache by its old name: logged once per process)
+    monkeypatch.setattr(hf_generic.logger, "warning_once", lambda msg, *a, **k: said.append(str(msg)))
     seen = []
     report = check.run_check(pair, config(), progress=lambda f, m: seen.append((f, m)))
+    assert not [m for m in said if "deprecated" in m], said
     assert report.verdict == "PASS", report.text()
     counts = report.section_counts()
     assert counts["greedy"]["pass"] == 6

@@ -84,7 +84,8 @@ def prefix_and_continuations(model, prefix: list[int], tokens: list[int]) -> tup
     first = out.logits[0, -1].float().cpu()
     if not tokens:
         return first, {}
-    cache = out.past_key_values
+    # transformers 5.25 names the output's cache `cache` (reading past_key_values logs a deprecation)
+    cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
     cache.batch_repeat_interleave(len(tokens))
     nxt = model(input_ids=torch.tensor(tokens, device=device)[:, None],
                 attention_mask=torch.ones(len(tokens), len(prefix) + 1, dtype=torch.long, device=device),
