@@ -307,7 +307,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             still = ctx.worker.describe()
             keep = (f" The pair in use is still `{still['draft']}` → `{still['target']}`." if still
                     else " No pair is loaded now.")
-            yield {status: sess.run_ended("load", f"✗ {message}{keep}"), info: pair_markdown(still),
+            stop = "" if message.rstrip().endswith((".", "!", "?")) else "."
+            yield {status: sess.run_ended("load", f"✗ {message}{stop}{keep}"), info: pair_markdown(still),
                    memory: memory_markdown(ctx.worker.memory())}
             raise gr.Error(message) from None
         desc = job.result

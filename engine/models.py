@@ -280,8 +280,8 @@ def _load_model(source: str, device: torch.device, dtype: torch.dtype, placement
         raise UserError(f"cannot place {source} with device map {placement.get('device_map')!r}: {first}") from None
     places = set(map(str, getattr(model, "hf_device_map", {}).values()))
     if places == {"disk"} and "offload_folder" not in placement:
-        raise UserError(f"--max-memory {placement.get('max_memory')} leaves no room for any part of {source} on "
-                        "a device; raise it, or pass --offload-folder to run it entirely from disk")
+        raise UserError(f"max memory {placement.get('max_memory')} leaves no room for any part of {source} on "
+                        "a device; raise it, or give an offload folder to run it entirely from disk")
     return model.eval(), {"role": role, "mode": "default", "why": "placed by a device map"}
 
 
@@ -311,24 +311,39 @@ def parse_max_memory(value: str | dict | None) -> dict | None:
     out = {}
     for part in filter(None, (p.strip() for p in value.split(","))):
         key, sep, amount = part.partition("=")
-        key = key.strip().lower()
-        if not sep or not amount.strip():
-            raise UserError(f"--max-memory entries look like gpu0=20GiB or cpu=60GiB; got {part!r}")
+        key, amount = key.strip().lower(), _memory_amount(amount.strip(), part)
+        if not sep:
+            raise UserError(f"max memory entries look like gpu0=20GiB or cpu=60GiB; got {part!r}")
         digits = key.removeprefix("gpu").removeprefix("cuda")
         if digits.isdigit():
-            out[int(digits)] = amount.strip()
+            out[int(digits)] = amount
         elif key in ("cpu", "mps"):
-            out[key] = amount.strip()
+            out[key] = amount
         else:
-            raise UserError(f"unknown device {key!r} in --max-memory (use gpuN, cpu or mps)")
+            raise UserError(f"unknown device {key!r} in max memory (use gpuN, cpu or mps)")
     return out or None
+
+
+def _memory_amount(amount: str, part: str) -> int | str:
+    """An amount accelerate can read (bytes as digits, or '20GiB', '2.5GB'), checked here: a typo
+    reached accelerate only once the old pair had been unloaded to make room."""
+    from accelerate.utils import convert_file_size_to_int
+    if amount.isdigit() and int(amount) > 0:
+        return int(amount)
+    try:
+        if convert_file_size_to_int(amount) > 0:
+            return amount
+    except ValueError:
+        pass
+    raise UserError(f"max memory entries look like gpu0=20GiB or cpu=60GiB (a size: bytes, or a number "
+                    f"with KB/MB/GB/KiB/MiB/GiB); got {part!r}")
 
 
 def placement(device_map=None, max_memory=None, offload_folder=None) -> dict | None:
     device_map = parse_device_map(device_map)
     if device_map is None:
         if max_memory or offload_folder:
-            raise UserError("--max-memory and --offload-folder need a device map (e.g. --target-device-map auto)")
+            raise UserError("max memory and an offload folder need a device map (e.g. auto for the target)")
         return None
     out = {"device_map": device_map}
     if max_memory:
@@ -345,7 +360,7 @@ def _not_found_message(source: str, exc: Exception) -> str:
         return f"'{source}' is a folder but not a loadable causal-LM: {first}"
     reach = "the hub has no such id" if _hub_reachable() else "the Hugging Face hub cannot be reached (offline?)"
     return (f"model '{source}' is neither a local folder nor a model in the local Hugging Face cache, and {reach}. "
-            "Check the id, or run without --draft/--target to use the embedded default pair.")
+            "Check the id, or name 'default' for the embedded default pair.")
 
 
 def check_same_tokenizer(draft_tok, target_tok, draft_name: str, target_name: str) -> None:

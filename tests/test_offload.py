@@ -60,7 +60,11 @@ def test_bad_device_maps_are_clear_errors(tmp_path):
         load_pair(str(draft), str(target), device="cpu", target_device_map=str(bad))
     with pytest.raises(UserError, match="offload"):  # too little memory and nowhere to offload
         load_pair(str(draft), str(target), device="cpu", target_device_map="auto", max_memory="cpu=1KB")
-    with pytest.raises(UserError, match="max-memory"):
+    with pytest.raises(UserError, match="unknown device 'tpu' in max memory"):
         parse_max_memory("tpu=3GiB")
+    for typo in ("cpu=abc", "cpu=0", "cpu=-5GB", "cpu="):   # reached accelerate after the old pair was dropped
+        with pytest.raises(UserError, match="a size: bytes, or a number with"):
+            parse_max_memory(typo)
+    assert parse_max_memory("gpu0=20GiB, cpu=2.5GB,mps=1000") == {0: "20GiB", "cpu": "2.5GB", "mps": 1000}
     with pytest.raises(UserError, match="device map"):
         load_pair(str(draft), str(target), device="cpu", max_memory="cpu=1GiB")

@@ -208,6 +208,7 @@ def test_placement_fields_are_checked_before_anything_is_read_or_written(served,
         (("auto", "none", "", str(outside)), "must be inside the cache directory"),
         (("auto", "none", "", "../../escape"), "must be inside the cache directory"),
         (("auto", "none", "tpu=3GiB", ""), "unknown device 'tpu'"),
+        (("auto", "none", "cpu=abc", ""), "a size: bytes"),   # unloaded the pair, then failed in accelerate
         (("none", "none", "cpu=1GiB", ""), "need a device map"),
     ]
     for (target_map, draft_map, max_memory, offload), message in cases:
