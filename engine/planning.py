@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from engine import answer_drift, domains, interpolation, learning, observed, profiler, prompt_memory
@@ -329,9 +329,15 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
                                f"top-p={top_p:g}: it must be measured first")
     other = ("" if near.draft_kernels == profiler.draft_kernels(pair)
              else f", measured with the draft on {near.draft_kernels} kernels")
+    # the nearest settings' code or prose vector where those differ, by the same rule as at the
+    # run's own settings (top-k 40 planned from the pooled vector: n=8 d=4 against the code
+    # vector's n=8 d=6 at top-k 0 on a code prompt)
+    at_near = replace(settings, temperature=near.temperature, top_p=near.top_p, top_k=near.top_k or 0)
+    own, domain, why = (vector_for_prompt(pair, at_near, sampler, prompt) if not other else (None, "", ""))
+    near = own or near
     return near, False, (f"no vector measured at {settings_words(T, top_p, top_k)}: using the nearest measured one "
                          f"({settings_words(near.temperature, near.top_p, near.top_k)}{other}; {near.positions} positions, "
-                         f"{near.source})"), ""
+                         f"{near.source}){why}"), domain
 
 
 def settings_words(temperature: float, top_p: float, top_k: int | None = 0) -> str:

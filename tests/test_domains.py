@@ -82,6 +82,29 @@ def test_the_pooled_vector_stands_where_code_and_prose_agree(tmp_path, monkeypat
     assert abs(plan.acceptance.probabilities[0] - 0.705) < 1e-12
 
 
+def test_the_nearest_vector_stand_in_keeps_the_prompt_domains_vector(tmp_path, monkeypatch):
+    """At top-k 40 no vector is measured; the nearest (top-k 0) stands in, and on a code prompt it
+    is the code vector where code and prose differ there, as at the measured settings (the page
+    planned from the pooled one: n=8 d=4 against n=8 d=6)."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
+    pair = tiny_pair("llama")
+    at = dict(sampler="sequoia", temperature=0.7, top_p=0.9)
+    _store(pair, dataclasses.replace(_vec(pair, [0.85, 0.08, 0.03], 2000, "code"), **at),
+           dataclasses.replace(_vec(pair, [0.55, 0.15, 0.08], 2000, "prose"), **at))
+    spec = planning.MethodSpec("sequoia", 16, 6)
+    code_prompt = "Write a Python function `f(x)` that sorts x."
+    measured = planning.build_plan(pair, spec, Settings(temperature=0.7, top_p=0.9), measure=False, prompt=code_prompt)
+    near = planning.build_plan(pair, spec, Settings(temperature=0.7, top_p=0.9, top_k=40), measure=False,
+                               allow_nearest=True, prompt=code_prompt)
+    assert measured.domain == near.domain == "code"
+    assert near.acceptance.probabilities[0] == 0.85 and "nearest" in near.acceptance_note
+    assert "code vector" in near.acceptance_note
+    assert near.tree.parents == measured.tree.parents
+    unsure = planning.build_plan(pair, spec, Settings(temperature=0.7, top_p=0.9, top_k=40), measure=False,
+                                 allow_nearest=True, prompt="hi")
+    assert unsure.domain == "" and abs(unsure.acceptance.probabilities[0] - 0.70) < 1e-12
+
+
 def test_the_plan_command_plans_for_a_prompt(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     pair = tiny_pair("llama")
