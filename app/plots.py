@@ -314,7 +314,11 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
         traces.append(dict(type="bar", x=xs, y=list(planned)[:ranks], name=planned_name, marker=dict(color=PLANNED),
                            hovertemplate="rank %{x}: P = %{y:.3f}<extra>planned</extra>"))
         if ci:
-            traces[-1]["error_y"] = dict(type="data", array=list(ci)[:ranks], visible=True, color=FONT, thickness=1)
+            # a share's bars stop at 0 and 1 (a learned posterior's ± reaches 0.1 on ranks near 0)
+            shares, ci = list(planned)[:ranks], list(ci)[:ranks]
+            traces[-1]["error_y"] = dict(type="data", symmetric=False, visible=True, color=FONT, thickness=1,
+                                         array=[min(c, 1 - p) for p, c in zip(shares, ci)],
+                                         arrayminus=[min(c, p) for p, c in zip(shares, ci)])
     if observed:
         obs = observed[:ranks]
         traces.append(dict(

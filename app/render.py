@@ -9,6 +9,7 @@ from pathlib import Path
 
 from app.plots import PLANNED, STATUS_COLORS, plural
 from engine import prompt_memory
+from engine.learning import PRIOR_WEIGHT
 
 STEP_CLASSES = 2  # alternating step shades
 
@@ -171,7 +172,11 @@ def interval_words(vec) -> str:
     """What a vector's ±95 % bars are over (engine/intervals.py): its prompts, each one draw (an
     interpolated vector: the prompts of the vectors it mixes), or only its positions (vectors
     measured before prompts were recorded, learned ones)."""
-    if getattr(vec, "interval", "positions") == "prompts":
+    kind = getattr(vec, "interval", "positions")
+    if kind == "posterior":
+        return (f"bars: the learner's 95 % interval (its prior counts as {PRIOR_WEIGHT} observations per rank, "
+                "so they are wider than the measured vector's, which are about its prompts' mean rate)")
+    if kind == "prompts":
         counted = [row for row in getattr(vec, "prompt_counts", None) or [] if row and row[0] > 0]
         return (f"bars: ±95 % interval over its {len(counted)} prompts" if counted
                 else "bars: ±95 % interval over the prompts of the vectors it mixes")

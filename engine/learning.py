@@ -258,7 +258,9 @@ def record(key: str, run: Evidence, meta: dict | None = None, prior: list[float]
 
 def with_stored(vec, stored: Evidence):
     """An AcceptanceVector: `vec` pooled with stored evidence (stage 1), or `vec` itself when there
-    is none. Its `source` and `positions` say what backs it."""
+    is none. Its `source` and `positions` say what backs it; its ± is the pooling rule's own
+    (interval "posterior": the prior counts as PRIOR_WEIGHT observations per rank, so it is wider
+    than the measured vector's, which is about the measurement prompts' mean rate)."""
     if vec is None or stored.nodes <= 0:
         return vec
     probs = pooled(vec.probabilities, stored)
@@ -266,7 +268,7 @@ def with_stored(vec, stored: Evidence):
     ci = [intervals.binomial([p], PRIOR_WEIGHT + (stored.trials[k] if k < len(stored.trials) else 0.0))[0]
           for k, p in enumerate(probs)]
     return replace(vec, probabilities=probs, none=max(0.0, 1.0 - sum(probs)), ci95=ci, prompt_counts=[],
-                   interval="positions", positions=int(vec.positions + n),
+                   interval="posterior", positions=int(vec.positions + n),
                    source=f"{vec.source} + learned from {int(n)} positions over {stored.runs} runs")
 
 

@@ -115,6 +115,26 @@ def test_the_planner_caption_says_what_the_bars_are_over():
     assert render.interval_words(measured) == "bars: ±95 % interval over its 3 prompts"
     older = _vector([[100.0, 90.0, 5.0, 5.0]] * 3, interval="positions")
     assert "over positions" in render.interval_words(older)
+    # pooled with a run's evidence: the learner's own interval, wider than the measured one's
+    from engine import learning
+    run = learning.Evidence()
+    for _ in range(24):
+        run.add_node(3, 1)
+    learned = learning.with_stored(measured, run)
+    assert learned.interval == "posterior" and "learner's 95 % interval" in render.interval_words(learned)
+    assert learned.ci95[0] > measured.ci95[0]
+
+
+def test_acceptance_bars_stay_between_0_and_1():
+    """A learned posterior's ± (0.1 on ranks near 0, 0.11 on a rank 1 of 0.9) was drawn as
+    symmetric bars below 0 and above 1 in the Planner tab."""
+    from app import plots
+    fig = plots.acceptance_figure([0.9, 0.05, 0.0], ci=[0.11, 0.1, 0.1])
+    bars = fig.data[0].error_y
+    lows = [p - m for p, m in zip(fig.data[0].y, bars.arrayminus)]
+    highs = [p + a for p, a in zip(fig.data[0].y, bars.array)]
+    assert min(lows) >= 0 and max(highs) <= 1 + 1e-12
+    assert highs[0] == pytest.approx(1.0) and lows[0] == pytest.approx(0.79) and highs[2] == pytest.approx(0.1)
 
 
 def test_an_interval_for_new_prompts_holds_their_mean():
