@@ -91,7 +91,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                         info="json: this app · vllm: speculative_config · medusa: path list · "
                                              "growmap: original Sequoia .pt", elem_id="sq-export-format")
             export = gr.DownloadButton("Export the chosen tree", value=None, elem_id="sq-export")
-            upload = gr.File(label="Import a tree: JSON ({\"parents\": [...]}) or an original Sequoia growmap (.pt)",
+            upload = gr.File(label="Import a tree: JSON ({\"parents\": [...]}), a vLLM or Medusa export, or an original Sequoia growmap (.pt)",
                              file_types=[".json", ".pt"], type="filepath", elem_id="sq-import")
             import_status = gr.Markdown("", label="Import status", show_label=False)
             with gr.Accordion("Plan (raw, what the API returns)", open=False):
@@ -264,13 +264,19 @@ def build(ctx: AppContext, live: dict) -> dict:
     def import_tree(path, request: gr.Request):
         sess = ctx.sessions.get(request)
         if not path:
-            return {import_status: "No file."}
+            yield {import_status: "No file."}
+            return
         try:
             tree = read_tree_file(path)
         except (UserError, TreeError) as exc:
+            kept = (f" The tree imported before ({sess.imported.size} nodes) stays in use." if sess.imported
+                    else "")
+            # said in the tab (the line of the import before stayed up, as if this one had worked),
+            # then raised: a script calling /import_tree gets the error
+            yield {import_status: f"✗ Import of **{render.esc(Path(path).name)}** failed: {render.esc(str(exc))}.{kept}"}
             raise gr.Error(f"import failed: {exc}") from None
         sess.imported = tree
-        return {import_status: f"Imported **{render.esc(Path(path).name)}**: {tree.size} nodes, {tree.depth} levels "
+        yield {import_status: f"Imported **{render.esc(Path(path).name)}**: {tree.size} nodes, {tree.depth} levels "
                                f"(widths {tree.level_widths}). The Live tab's method is now *Imported tree*.",
                 chosen: plots.plan_figure(tree, None, title=f"Imported tree: {tree.size} nodes, {tree.depth} levels"),
                 live["method"]: "tree",

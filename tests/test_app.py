@@ -155,6 +155,15 @@ def test_import_tree_json_and_growmap(client, tmp_path):
     bad.write_text('{"parents": [0, 0]}')
     with pytest.raises(Exception, match="root"):
         client.predict(handle_file(str(bad)), api_name="/import_tree")
+    # the Planner's own vLLM and Medusa exports read back (they were refused: "parents must be integers")
+    from engine import export
+    from engine.tree import Tree
+    tree = Tree.from_parents([-1, 0, 0, 1, 2, 3])
+    for fmt in ("vllm", "medusa"):
+        path = tmp_path / f"tree{export.SUFFIX[fmt]}"
+        path.write_text(export.export_tree(tree, fmt))
+        out = client.predict(handle_file(str(path)), api_name="/import_tree")
+        assert out[-1]["parents"] == list(tree.parents) and "Imported" in out[0], fmt
 
 
 def test_two_clients_at_once_both_finish(served):
