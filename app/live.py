@@ -379,7 +379,9 @@ def build(ctx: AppContext, header: dict) -> dict:
             sess.refuse_if_running()
             sess.learn = learn_v is not False
             sess.ask_plan()   # before the job exists: a re-plan asked for before now must not reach it
-            sess.plan_after_run = False   # the run reads every control as it is now
+            # the run reads every control as it is now; with learning on, what it stores (evidence,
+            # the prompt's memory) changes the next run's plan: the plan line is redrawn once it ends
+            sess.plan_after_run = sess.learn
             sess.submitting = True   # and the session counts as running from here
             try:
                 job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind),

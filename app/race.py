@@ -187,6 +187,7 @@ def build(ctx: AppContext) -> dict:
         except (UserError, TreeError) as exc:
             raise gr.Error(str(exc)) from None
         sess.job = job
+        sess.plan_after_run = True   # the race's lanes store what they observed: the Live plan may move
         stop_if_taken_back(ctx, request, "race", job)
         sess.run_info["kind"] = "race"  # re-plans do not reach a race
         sess.run_going("race")

@@ -810,6 +810,20 @@ def test_a_control_changed_during_a_run_re_plans_once_the_run_ends(served, clien
 
 
 @pytest.mark.timeout(120)
+def test_a_run_with_learning_on_re_plans_the_plan_line_once_it_ends(served, client, jobs):
+    """What a learning run stores (evidence, the prompt's memory) changes the next run's plan: the
+    plan line still showed the plan from before the run (n=8, "none learned yet") while the run had
+    moved to 6 nodes, until another control moved. Once, after each such run."""
+    client.predict("sequoia", 8, 4, False, 0, 1, api_name="/measure")   # re-plans then come from caches
+    sess = served["ctx"].sessions._items[client.session_hash]
+    client.predict(*gen_args(method="sequoia", max_new_tokens=8, learn=True), api_name="/generate")
+    client.predict("sequoia", 7, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_run")
+    assert sess.plan.spec.budget == 7, "the plan line was not redrawn after a learning run"
+    client.predict("sequoia", 6, 4, False, 0, 1, 0, "def g(y):", 64, api_name="/plan_after_run")
+    assert sess.plan.spec.budget == 7   # once
+
+
+@pytest.mark.timeout(120)
 def test_a_live_control_changed_during_a_race_re_plans_the_live_plan_once_it_ends(served, client, jobs):
     """The same after a race: the learning switch flipped while it runs re-plans the Live plan at its
     end, and the Live tab's last run stays on screen (a race does not touch it)."""
