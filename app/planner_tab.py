@@ -105,6 +105,16 @@ def build(ctx: AppContext, live: dict) -> dict:
     outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
                header_plan]
 
+    def _mark(result, spec) -> tuple[int, int]:
+        """Where the charts mark the plan: the hardware-aware choice, an imported tree's own size
+        and depth (its spec's budget and depth are defaults: the mark sat at n=16, d=8), else the
+        budget and depth asked for."""
+        if result is not None and result.choice is not None:
+            return result.choice.n, result.choice.d
+        if spec.kind == "tree":
+            return spec.tree.size, spec.tree.depth
+        return spec.budget, spec.depth
+
     def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
              request: gr.Request | None = None) -> dict:
         sess = ctx.sessions.get(request)
@@ -166,8 +176,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                 f"{result.backing_positions} positions** ({render.backing_detail(result)})")
         if planned is not None:
             table = table_for(planned, ctx.max_budget, ctx.max_depth)
-            mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
-            out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, mark)
+            out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, _mark(result, spec))
         else:
             out[heat] = plots.empty_figure("G(n, d) needs an acceptance vector", 300)
         # ---- device profile and predicted speedup
@@ -189,8 +198,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             used = result.profile if result is not None and result.profile is not None else prof
             choice = planning.hardware_aware(planned, used, ctx.max_budget, ctx.max_depth,
                                              not settings.greedy)
-            mark = (result.choice.n, result.choice.d) if result.choice is not None else (spec.budget, spec.depth)
-            out[speed] = plots.speedup_figure(choice.grid, mark, measured_up_to=max(used.target_seconds))
+            out[speed] = plots.speedup_figure(choice.grid, _mark(result, spec), measured_up_to=max(used.target_seconds))
         else:
             out[speed] = plots.empty_figure("Predicted speedup needs an acceptance vector and a device profile", 280)
         # ---- chosen tree and export

@@ -17,10 +17,13 @@ class Method:
     name: str      # ar | chain | specinfer | sequoia | sequoia-auto
     tree: Tree
     sampler: str   # "sequoia": children without replacement; "specinfer": with replacement
+    title: str = ""   # its own name in labels (an imported tree), else one from `name`
 
     @property
     def label(self) -> str:
         t = self.tree
+        if self.title:
+            return f"{self.title} n={t.size} d={t.depth}"
         if self.name == "ar":
             return "autoregressive"
         if self.name == "chain":
@@ -52,8 +55,8 @@ def specinfer(width: int, depth: int) -> Method:
     return Method("specinfer", Tree.k_ary_chains(width, depth), "specinfer")
 
 
-def sequoia(tree: Tree, name: str = "sequoia") -> Method:
-    return Method(name, tree, "sequoia")
+def sequoia(tree: Tree, name: str = "sequoia", title: str = "") -> Method:
+    return Method(name, tree, "sequoia", title)
 
 
 def _check_depth(depth: int) -> None:

@@ -248,8 +248,8 @@ def _fixed_method(spec: MethodSpec):
         return methods_mod.chain(spec.depth)
     if spec.kind == "specinfer":
         return methods_mod.specinfer(spec.specinfer_width, spec.depth)
-    if spec.kind == "tree":
-        return methods_mod.sequoia(spec.tree)
+    if spec.kind == "tree":   # verified as Sequoia trees are; labelled as what it is
+        return methods_mod.sequoia(spec.tree, title="Imported tree")
     return None
 
 

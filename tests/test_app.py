@@ -143,8 +143,9 @@ def test_import_tree_json_and_growmap(client, tmp_path):
     path.write_text(json.dumps({"parents": [-1, 0, 0, 1, 2, 3]}))
     out = client.predict(handle_file(str(path)), api_name="/import_tree")
     assert out[-1]["size"] == 6 and "Imported" in out[0]
-    plan = client.predict("tree", 8, 4, False, 0, 1, api_name="/plan")[-1]
-    assert plan["parents"] == [-1, 0, 0, 1, 2, 3]
+    plan = client.predict("tree", 8, 4, False, 0, 1, api_name="/plan")
+    assert plan[-1]["parents"] == [-1, 0, 0, 1, 2, 3]
+    assert "Imported tree n=6 d=4" in str(plan[0]) and "Sequoia" not in str(plan[0])   # was "Sequoia n=6 d=4"
     grow = tmp_path / "growmap.pt"
     torch.save({"Successors": [[1, 2], [3], [], []], "size": 4}, grow)
     out = client.predict(handle_file(str(grow)), api_name="/import_tree")
