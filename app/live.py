@@ -9,6 +9,7 @@ from collections import Counter
 import gradio as gr
 
 from app import plots, render, waiting
+from app.errors import page_error
 from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
 from engine import interpolation, prompt_memory
 from engine.decoding import StepEvent
@@ -55,7 +56,7 @@ def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None
     event starts. Returns `fn`'s event."""
     def fields_checked(*values):
         if prompt_at is not None and prompt_is_blank(values[prompt_at]):
-            raise gr.Error(EMPTY_PROMPT)
+            raise page_error(EMPTY_PROMPT)
     check = trigger(fields_checked, inputs, None, api_name=f"{api_name}_fields", show_progress="hidden",
                     **PAGE_WIRING, **LIGHT)
     return check.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
@@ -244,7 +245,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
         except (UserError, TreeError) as exc:
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         try:
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
@@ -259,14 +260,14 @@ def build(ctx: AppContext, header: dict) -> dict:
             except Exception as exc:  # noqa: BLE001
                 message = failure_message(exc, "measuring for a plan")
                 yield {status: f"✗ {message}"}
-                raise gr.Error(message) from None
+                raise page_error(message) from None
             if job.result is None:
                 yield {status: "Measurement stopped; plan unchanged."}
                 return
             result = job.result
         except (UserError, TreeError) as exc:
             yield {status: f"! {exc}"}
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         if sess.newer_plan_asked(ticket):
             yield {status: gr.skip()}   # a newer plan, or a run, was asked for since
             return
@@ -391,7 +392,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             finally:
                 sess.submitting = False
         except (UserError, TreeError) as exc:
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         run = Run(settings)
         sess.events = run.events
         sess.run_info = {"run": run, "kind": spec.kind}
@@ -439,7 +440,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message
             message = failure_message(exc, "generate")
             yield {status: sess.run_ended("live", f"✗ {message}"), replay: _replay_update(len(run.steps))}
-            raise gr.Error(message) from None
+            raise page_error(message) from None
         finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
                 job.stop()
@@ -450,14 +451,14 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess = ctx.sessions.get(request)
         run = sess.run_info.get("run")
         if run is None or not run.steps:
-            raise gr.Error("no finished run to replay yet")
+            raise page_error("no finished run to replay yet")
         steps = run.steps
         try:
             k = int(step_v)
         except (TypeError, ValueError):
-            raise gr.Error(f"step must be a whole number (got {step_v!r})") from None
+            raise page_error(f"step must be a whole number (got {step_v!r})") from None
         if not 1 <= k <= len(steps):
-            raise gr.Error(f"step must be between 1 and {len(steps)}")
+            raise page_error(f"step must be between 1 and {len(steps)}")
         ev = steps[k - 1]
         return {tree: run.tree_fig(ev), text: run.text(current=ev.step), step_json: run.data(ev),
                 status: f"Replaying step {ev.step} of {len(steps)}: {len(ev.new_token_ids)} new tokens."}

@@ -8,6 +8,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import render, waiting
+from app.errors import page_error
 from app.live import (LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, progress_text,
                       stop_if_taken_back, stop_reply_with, take_back_waiting, taken_back, wire_stop)
 from app.state import AppContext
@@ -291,7 +292,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             stop_if_taken_back(ctx, request, "load", job)
         except UserError as exc:
             yield {status: f"✗ {exc}"}
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         sess.run_going("load")   # its Stop's reply may land after its last line (Session.line_after_stop)
         ahead = job.position
         try:   # from the first yield (a page that goes away leaves its load going: the pair is every page's)
@@ -310,7 +311,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             stop = "" if message.rstrip().endswith((".", "!", "?")) else "."
             yield {status: sess.run_ended("load", f"✗ {message}{stop}{keep}"), info: pair_markdown(still),
                    memory: memory_markdown(ctx.worker.memory())}
-            raise gr.Error(message) from None
+            raise page_error(message) from None
         desc = job.result
         if desc is None:   # stopped (engine/jobs.py load_job says where a load can stop)
             still = ctx.worker.describe()
@@ -343,7 +344,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             job = sess.check_job = ctx.worker.check(config)
             stop_if_taken_back(ctx, request, "models", job)
         except UserError as exc:
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         ahead = job.position
         waiting = (f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
                    else "… timing one step of each method to estimate the duration…")
@@ -364,7 +365,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message
             message = failure_message(exc, "check")
             yield {check_status: f"✗ {message}", verdict: verdict_html(None, "The check could not run.")}
-            raise gr.Error(message) from None
+            raise page_error(message) from None
         finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
                 job.stop()
@@ -394,7 +395,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         try:
             values = recommended_values((info or {}).get("generation_defaults"))
         except UserError as exc:
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         t, k, p = values
         note = (f"Live and Race now use temperature {t:g}, top-k {k}, top-p {p:g}"
                 + (" (greedy: the checkpoint does not sample)" if t == 0 else "") + ".")

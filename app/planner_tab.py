@@ -11,6 +11,7 @@ from pathlib import Path
 import gradio as gr
 
 from app import plots, render
+from app.errors import page_error
 from app.live import (LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, no_pair_text, progress_text,
                       stop_if_taken_back, taken_back, wire_stop)
 from app.state import METHOD_LABELS, AppContext, read_tree_file, settings_from, spec_from
@@ -123,7 +124,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             spec = spec_from(method_v if method_v in ("sequoia", "tree") else "sequoia", budget_v, depth_v, hw_v, sess)
         except (UserError, TreeError) as exc:
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         out = {}
         worker = ctx.worker
         if worker.pair is None:
@@ -242,7 +243,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             job = ctx.sessions.get(request).aux = ctx.worker.measure(settings.temperature, settings.top_p, force=True,
                                                                      top_k=settings.top_k)
         except UserError as exc:
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, acc_caption, "measuring acceptance", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
@@ -282,7 +283,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             # said in the tab (the line of the import before stayed up, as if this one had worked),
             # then raised: a script calling /import_tree gets the error
             yield {import_status: f"✗ Import of **{render.esc(Path(path).name)}** failed: {render.esc(str(exc))}.{kept}"}
-            raise gr.Error(f"import failed: {exc}") from None
+            raise page_error(f"import failed: {exc}") from None
         sess.imported = tree
         yield {import_status: f"Imported **{render.esc(Path(path).name)}**: {tree.size} nodes, {tree.depth} levels "
                                f"(widths {tree.level_widths}). The Live tab's method is now *Imported tree*.",
@@ -299,7 +300,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                          show_progress_on=[prof_caption])
     def choose_export_format(fmt_v, request: gr.Request):
         if fmt_v not in tree_export.FORMATS:
-            raise gr.Error(f"unknown export format {fmt_v!r}")
+            raise page_error(f"unknown export format {fmt_v!r}")
         choice = _export_choice(request)
         choice["format"] = fmt_v
         return _export_path(choice)
@@ -331,6 +332,6 @@ def _follow(job, caption, what: str, sess):
     except Exception as exc:  # noqa: BLE001
         message = failure_message(exc, what)
         yield {caption: sess.run_ended("planner", f"✗ {message}")}
-        raise gr.Error(message) from None
+        raise page_error(message) from None
     if job.state == "stopped":
         yield {caption: f"{what} stopped"}

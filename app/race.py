@@ -6,6 +6,7 @@ import time
 import gradio as gr
 
 from app import plots, render
+from app.errors import page_error
 from app.live import (EMPTY_PROMPT, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
                       taken_back, wire_stop)
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
@@ -185,7 +186,7 @@ def build(ctx: AppContext) -> dict:
             sess.refuse_if_running()
             job = ctx.worker.race(prompt_v, specs, settings)
         except (UserError, TreeError) as exc:
-            raise gr.Error(str(exc)) from None
+            raise page_error(str(exc)) from None
         sess.job = job
         sess.plan_after_run = True   # the race's lanes store what they observed: the Live plan may move
         stop_if_taken_back(ctx, request, "race", job)
@@ -229,7 +230,7 @@ def build(ctx: AppContext) -> dict:
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "race")
             yield {status: sess.run_ended("race", f"✗ {message}")}
-            raise gr.Error(message) from None
+            raise page_error(message) from None
         finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
                 job.stop()

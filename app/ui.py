@@ -12,6 +12,7 @@ import weakref
 import gradio as gr
 
 from app import live, models_tab, planner_tab, race, render
+from app.errors import page_error
 from app.state import AppContext
 
 log = logging.getLogger(__name__)
@@ -191,19 +192,19 @@ def _refuse_bad_number(block, payload) -> None:
         return
     name = block.label or "a number field"
     if isinstance(payload, bool) or not isinstance(payload, (int, float)):
-        raise gr.Error(f"{name} must be a number (got {str(repr(payload))[:40]})")
+        raise page_error(f"{name} must be a number (got {str(repr(payload))[:40]})")
     try:
         finite = math.isfinite(payload)
     except OverflowError:   # an integer too large for a float
         finite = False
     if not finite:
-        raise gr.Error(f"{name} must be a finite number (got {str(payload)[:40]})")
+        raise page_error(f"{name} must be a finite number (got {str(payload)[:40]})")
     if getattr(block, "precision", None) == 0 and payload != int(payload):
-        raise gr.Error(f"{name} must be a whole number (got {payload})")
+        raise page_error(f"{name} must be a whole number (got {payload})")
     if block.minimum is not None and payload < block.minimum:
-        raise gr.Error(f"{name} must be at least {_shown(block.minimum)} (got {_shown(payload)})")
+        raise page_error(f"{name} must be at least {_shown(block.minimum)} (got {_shown(payload)})")
     if block.maximum is not None and payload > block.maximum:
-        raise gr.Error(f"{name} must be at most {_shown(block.maximum)} (got {_shown(payload)})")
+        raise page_error(f"{name} must be at most {_shown(block.maximum)} (got {_shown(payload)})")
 
 
 def guard_numbers() -> None:

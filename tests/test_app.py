@@ -513,3 +513,15 @@ def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     going = {ar: lane([1, 2, 3, 4], "eos"), chain: lane([1, 2], None)}
     going[chain]["last"].done = False
     assert _table([ar, chain], going, True)["data"][1][-1] == "✓ same so far"
+
+
+def test_a_message_for_the_user_prints_no_traceback_to_the_server_log(client, capfd):
+    """Gradio printed a traceback to the server's stderr for every gr.Error a handler raised (17 in
+    one walk through the page's bad fields); the page's messages are not server faults."""
+    capfd.readouterr()
+    with pytest.raises(Exception, match="prompt is empty"):
+        client.predict("   ", "sequoia", 8, 4, False, 0, 1, 8, 0, api_name="/generate")
+    with pytest.raises(Exception, match="must be at least"):
+        client.predict(PROMPT, "sequoia", 8, 4, False, 0, 1, -5, 0, api_name="/generate")
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "gradio.exceptions.Error" not in err, err[-2000:]
