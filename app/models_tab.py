@@ -373,7 +373,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         if report is None:
             yield {check_status: "Check stopped before it started.", verdict: verdict_html(None)}
             return
-        took = f"Checked in {_elapsed(report.seconds)}"
+        took = (f"Stopped after {_elapsed(report.seconds)}" if report.stopped
+                else f"Checked in {_elapsed(report.seconds)}")
         yield {verdict: verdict_html(report.verdict, f"{report.pair.get('draft')} → {report.pair.get('target')}"),
                summary: summary_markdown(report), report_text: report.text(), report_json: report.to_dict(),
                check_status: f"{took} ({CHECK_MODE_NAMES.get(mode_v, mode_v)})."}

@@ -211,7 +211,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             stem = f"sequoia-tree-n{t.size}-d{t.depth}-{digest}"
             pair = worker.pair
             write_exports(t, stem, {"label": result.method.label, "expected_tokens": result.expected_tokens,
-                                    "acceptance_note": result.acceptance_note},
+                                    "acceptance_note": render.short_paths_in(result.acceptance_note)},   # no local paths
                           draft=servable_name(pair, "draft"), target=servable_name(pair, "target"))
             choice = _export_choice(request)
             choice["stem"] = stem

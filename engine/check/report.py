@@ -96,7 +96,8 @@ class CheckReport:
             total = sum(c.values())
             extra = "".join(f", {c[s]} {s}" for s in ("fail", "warn", "skip") if c[s])
             counts.append(f"{section} {c['pass']}/{total} ok{extra}")
-        lines = [head, "; ".join(counts) + f" ({duration_text(self.seconds)})."]
+        # the whole check's time (timing estimate included), not the last section's
+        lines = [head, "; ".join(counts) + f" ({duration_text(self.seconds)} in all)."]
         problems = [i for i in self.items if i.status == "fail"] or [i for i in self.items if i.status == "warn"]
         for item in problems[:3]:
             lines.append(f"- {item.section} / {item.name}: {item.message}")
