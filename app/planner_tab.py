@@ -316,6 +316,9 @@ def build(ctx: AppContext, live: dict) -> dict:
         fn, inputs, plan_outputs = live["replan_when_idle"]
         imported.success(fn, inputs, plan_outputs, api_name="plan_on_import", show_progress="hidden",
                          **PAGE_WIRING, **LIGHT)
+    # the tab itself follows the import (its plan line, heatmap and speedup marks stayed on the
+    # Sequoia plan until the tab was selected again)
+    imported.success(refresh, settings_inputs, outputs, api_name="planner_on_import", **refresh_event)
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 

@@ -174,7 +174,7 @@ def interval_words(vec) -> str:
     measured before prompts were recorded, learned ones)."""
     kind = getattr(vec, "interval", "positions")
     if kind == "posterior":
-        return (f"bars: the learner's 95 % interval (its prior counts as {PRIOR_WEIGHT} observations per rank, "
+        return (f"bars: the learner's 95 % interval (its prior counts as {PRIOR_WEIGHT:g} observations per rank, "
                 "so they are wider than the measured vector's, which are about its prompts' mean rate)")
     if kind == "prompts":
         counted = [row for row in getattr(vec, "prompt_counts", None) or [] if row and row[0] > 0]

@@ -204,7 +204,17 @@ def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatc
     page.locator("#sq-import button[aria-label='Clear']").first.click()
     page.locator("#sq-import input[type=file]").set_input_files(str(large))
     assert wait_for(lambda: 5 in asked, 20), asked
+    # the Planner tab follows too (its plan line kept the Sequoia plan until the tab was selected again)
+    page.wait_for_function("document.querySelector('#sq-tab-planner').innerText.includes('Imported tree n=5 d=5')",
+                           timeout=20000)
     assert not page_errors(page), page_errors(page)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"parents": [0, 0]}')
+    page.locator("#sq-import button[aria-label='Clear']").first.click()
+    page.locator("#sq-import input[type=file]").set_input_files(str(bad))
+    # a failed import says so, and that the tree before it stays (the earlier "Imported" line stayed up)
+    page.wait_for_function("document.querySelector('#sq-tab-planner').innerText.includes('The tree imported "
+                           "before (5 nodes) stays in use')", timeout=20000)
 
 
 def start_a_slow_run(page, url, monkeypatch) -> None:
