@@ -110,6 +110,17 @@ class Run:
     def steps(self) -> list[StepEvent]:
         return [e for e in self.events if e.nodes]
 
+    def replanned_words(self) -> str:
+        """How often learning changed the tree during the run, and the last one ("" if never): the
+        Done line named only the plan the run started from (n=8 d=4 after it had moved to 6 nodes)."""
+        trees = [tuple(e.tree_parents) for e in self.steps]
+        changes = sum(1 for a, b in zip(trees, trees[1:]) if a != b)
+        if not changes:
+            return ""
+        last = Tree.from_parents(trees[-1])
+        return (f" (re-planned {changes} time{'' if changes == 1 else 's'} as it learned; "
+                f"the last tree n={last.size} d={last.depth})")
+
     def predicted(self) -> tuple[float | None, str]:
         """Mean over the steps so far of F(tree of that step) under the plan's vector."""
         if self.plan is None:
@@ -634,7 +645,8 @@ def _run_status(ev: StepEvent, run: Run) -> str:
             {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
              "context": "the context is full"}.get(ev.finish_reason, ev.finish_reason)))
         return (f"{head}: **{ev.total_tokens} tokens in {ev.total_steps} step{'' if ev.total_steps == 1 else 's'}**, "
-                f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}."
+                f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
+                f"{run.replanned_words()}."
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
     return f"● {run.label}: step {ev.step} · {ev.total_tokens} tokens · {ev.tokens_per_second:.1f} tokens/s"
 

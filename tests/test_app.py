@@ -525,3 +525,16 @@ def test_a_message_for_the_user_prints_no_traceback_to_the_server_log(client, ca
         client.predict(PROMPT, "sequoia", 8, 4, False, 0, 1, -5, 0, api_name="/generate")
     err = capfd.readouterr().err
     assert "Traceback" not in err and "gradio.exceptions.Error" not in err, err[-2000:]
+
+
+def test_the_done_line_says_when_learning_changed_the_tree():
+    """A learning run that moved from n=8 to a 6-node tree ended with "… with Sequoia n=8 d=4." only."""
+    from types import SimpleNamespace
+    from app.live import Run
+    from engine.settings import Settings
+    step = lambda parents: SimpleNamespace(nodes=[object()] * len(parents), tree_parents=parents)   # noqa: E731
+    run = Run(Settings())
+    run.events = [step([-1, 0, 1, 2]), step([-1, 0, 1, 2]), step([-1, 0, 0, 1, 2, 3]), step([-1, 0, 0, 1, 2, 3])]
+    assert run.replanned_words() == " (re-planned 1 time as it learned; the last tree n=6 d=4)"
+    run.events = run.events[:2] + [SimpleNamespace(nodes=[], tree_parents=[-1])]   # the final event has no tree
+    assert run.replanned_words() == ""
