@@ -112,12 +112,14 @@ class Run:
 
     def replanned_words(self) -> str:
         """How often learning changed the tree during the run, and the last one ("" if never): the
-        Done line named only the plan the run started from (n=8 d=4 after it had moved to 6 nodes)."""
-        trees = [tuple(e.tree_parents) for e in self.steps]
-        changes = sum(1 for a, b in zip(trees, trees[1:]) if a != b)
-        if not changes:
+        Done line named only the plan the run started from (n=8 d=4 after it had moved to 6 nodes).
+        The learner's own count (planning.Replanner): a tree cut at the context limit, or a slider
+        re-plan sent to the run, is no learning."""
+        changes = int((self.learning or {}).get("replans") or 0)
+        parents = (self.learning or {}).get("tree_parents")
+        if not changes or not parents:
             return ""
-        last = Tree.from_parents(trees[-1])
+        last = Tree.from_parents(parents)
         return (f" (re-planned {changes} time{'' if changes == 1 else 's'} as it learned; "
                 f"the last tree n={last.size} d={last.depth})")
 
@@ -327,8 +329,9 @@ def build(ctx: AppContext, header: dict) -> dict:
     def plan_after_run(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
                        request: gr.Request = None):
         """After a Live run or a race: if a control that re-plans between runs (the prompt, an
-        example, the learning switch, ...) was changed while it went, the shown plan now follows
-        the controls, as it would have had they been changed after it. A Live run on screen keeps
+        example, the learning switch, ...) was changed while it went, or the run learned (learning
+        on) or it was a race (its lanes store what they observed), the shown plan now follows the
+        controls and what was learned, as it would have had they been changed after it. A Live run on screen keeps
         its last tree and its status line (finished, stopped or failed; Replay still works): only
         the plan line and the plan JSON change, and they say what the next run uses."""
         sess = ctx.sessions.get(request)
@@ -391,14 +394,15 @@ def build(ctx: AppContext, header: dict) -> dict:
             sess.refuse_if_running()
             sess.learn = learn_v is not False
             sess.ask_plan()   # before the job exists: a re-plan asked for before now must not reach it
-            # the run reads every control as it is now; with learning on, what it stores (evidence,
-            # the prompt's memory) changes the next run's plan: the plan line is redrawn once it ends
-            sess.plan_after_run = sess.learn
+            sess.plan_after_run = False   # the run reads every control as it is now
             sess.submitting = True   # and the session counts as running from here
             try:
                 job = ctx.worker.generate(prompt_v, spec, settings, plan=sess.tree_source(spec.kind),
                                           learn=sess.learn)
                 sess.job = job
+                # with learning on, what the run stores (evidence, the prompt's memory) changes the
+                # next run's plan: the plan line is redrawn once it ends
+                sess.plan_after_run = sess.learn
                 stop_if_taken_back(ctx, request, "live", job)
             finally:
                 sess.submitting = False

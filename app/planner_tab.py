@@ -106,14 +106,15 @@ def build(ctx: AppContext, live: dict) -> dict:
     outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
                header_plan]
 
-    def _mark(result, spec) -> tuple[int, int]:
+    def _mark(result, spec) -> tuple[int, int] | None:
         """Where the charts mark the plan: the hardware-aware choice, an imported tree's own size
-        and depth (its spec's budget and depth are defaults: the mark sat at n=16, d=8), else the
-        budget and depth asked for."""
+        and depth (its spec's budget and depth are defaults: the mark sat at n=16, d=8; none when
+        it lies outside the charts' grid), else the budget and depth asked for."""
         if result is not None and result.choice is not None:
             return result.choice.n, result.choice.d
         if spec.kind == "tree":
-            return spec.tree.size, spec.tree.depth
+            n, d = spec.tree.size, spec.tree.depth
+            return (n, d) if n <= ctx.max_budget and d <= ctx.max_depth else None
         return spec.budget, spec.depth
 
     def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
@@ -318,7 +319,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                          **PAGE_WIRING, **LIGHT)
     # the tab itself follows the import (its plan line, heatmap and speedup marks stayed on the
     # Sequoia plan until the tab was selected again)
-    imported.success(refresh, settings_inputs, outputs, api_name="planner_on_import", **refresh_event)
+    imported.success(refresh, settings_inputs, outputs, api_name="planner_on_import", **PAGE_WIRING,
+                     **refresh_event)
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 

@@ -170,8 +170,8 @@ def pair_line(info: dict | None, status: dict) -> str:
 
 def interval_words(vec) -> str:
     """What a vector's ±95 % bars are over (engine/intervals.py): its prompts, each one draw (an
-    interpolated vector: the prompts of the vectors it mixes), or only its positions (vectors
-    measured before prompts were recorded, learned ones)."""
+    interpolated vector: the prompts of the vectors it mixes), only its positions (vectors
+    measured before prompts were recorded), or the learner's posterior (pooled with learned evidence)."""
     kind = getattr(vec, "interval", "positions")
     if kind == "posterior":
         return (f"bars: the learner's 95 % interval (its prior counts as {PRIOR_WEIGHT:g} observations per rank, "

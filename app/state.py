@@ -55,7 +55,8 @@ class Session:
     plan: Any = None                      # last PlanResult shown
     submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
     plan_asks: int = 0                    # plans asked for by this page, Generate's included
-    plan_after_run: bool = False          # a control that re-plans was changed while a run went
+    plan_after_run: bool = False          # re-plan once the run ends: a control that re-plans was changed
+                                          # while it went, or it learned (learning on, or a race)
     plan_profile: Any = None              # the device profile's stamp when the header last planned
     # per tab ("live", "race", "planner", "load"): the status line its last run ended with (None while it
     # goes), and the tabs whose going run this page's last Stop stopped (see line_after_stop)

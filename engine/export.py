@@ -204,13 +204,15 @@ def detect_format(data: bytes) -> str:
     if data[:2] == b"PK" or data[:1] == b"\x80":  # torch zip archive or legacy pickle: a growmap
         return "growmap"
     try:
-        obj = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8-sig")   # a BOM (Windows editors) is no reason to refuse a file
+        obj = json.loads(text)
     except UnicodeDecodeError:
         return "vllm"
     except json.JSONDecodeError:
-        # a broken object is a broken tree JSON (its parser says where); else maybe a bare
-        # "[(0,), (1,)]" string, whose own parser gives the clear error
-        return "json" if data.lstrip()[:1] == b"{" else "vllm"
+        # a bare "[(0,), (1,)]" string is vLLM's, whose own parser gives the clear error; anything
+        # else is a broken tree JSON (its parser says where: "hello" was told it is no list of tuples)
+        head = text.lstrip()[:1]
+        return "vllm" if head in ("[", "(") or "speculative" in text else "json"
     if isinstance(obj, dict):
         return "vllm" if "speculative_config" in obj or "speculative_token_tree" in obj else "json"
     if isinstance(obj, list) and obj and all(isinstance(x, list) for x in obj):
@@ -226,7 +228,7 @@ def import_tree(data: bytes, fmt: str | None = None) -> Tree:
     if fmt == "growmap":
         return from_growmap(data)
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise TreeError(f"a {fmt} tree file must be UTF-8 text") from None
     if fmt == "json":

@@ -311,9 +311,9 @@ def parse_max_memory(value: str | dict | None) -> dict | None:
     out = {}
     for part in filter(None, (p.strip() for p in value.split(","))):
         key, sep, amount = part.partition("=")
-        key, amount = key.strip().lower(), _memory_amount(amount.strip(), part)
         if not sep:
             raise UserError(f"max memory entries look like gpu0=20GiB or cpu=60GiB; got {part!r}")
+        key, amount = key.strip().lower(), _memory_amount(amount.strip(), part)
         digits = key.removeprefix("gpu").removeprefix("cuda")
         if digits.isdigit():
             out[int(digits)] = amount
@@ -325,13 +325,17 @@ def parse_max_memory(value: str | dict | None) -> dict | None:
 
 
 def _memory_amount(amount: str, part: str) -> int | str:
-    """An amount accelerate can read (bytes as digits, or '20GiB', '2.5GB'), checked here: a typo
-    reached accelerate only once the old pair had been unloaded to make room."""
+    """An amount accelerate can read (bytes as digits, or '20GiB', '2.5GB'; 0 keeps a device out),
+    checked here: a typo reached accelerate only once the old pair had been unloaded to make room."""
     from accelerate.utils import convert_file_size_to_int
-    if amount.isdigit() and int(amount) > 0:
+    if amount.isdigit():
         return int(amount)
+    if amount[-1:] == "b" and amount[-2:-1].isalpha():
+        # accelerate reads a lowercase b as bits: cpu=20gb would allow 2.5 GB
+        raise UserError(f"max memory {part!r}: a lowercase b means bits to accelerate; write "
+                        f"{amount.upper()} for bytes")
     try:
-        if convert_file_size_to_int(amount) > 0:
+        if convert_file_size_to_int(amount) >= 0:
             return amount
     except ValueError:
         pass

@@ -332,8 +332,12 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
     # the nearest settings' code or prose vector where those differ, by the same rule as at the
     # run's own settings (top-k 40 planned from the pooled vector: n=8 d=4 against the code
     # vector's n=8 d=6 at top-k 0 on a code prompt)
-    at_near = replace(settings, temperature=near.temperature, top_p=near.top_p, top_k=near.top_k or 0)
-    own, domain, why = (vector_for_prompt(pair, at_near, sampler, prompt) if not other else (None, "", ""))
+    try:
+        at_near = replace(settings, temperature=near.temperature, top_p=near.top_p, top_k=int(near.top_k or 0))
+    except (UserError, TypeError, ValueError):   # a cache file's odd settings: the pooled vector as found
+        at_near = None
+    own, domain, why = (vector_for_prompt(pair, at_near, sampler, prompt) if at_near is not None and not other
+                        else (None, "", ""))
     near = own or near
     return near, False, (f"no vector measured at {settings_words(T, top_p, top_k)}: using the nearest measured one "
                          f"({settings_words(near.temperature, near.top_p, near.top_k)}{other}; {near.positions} positions, "

@@ -60,7 +60,8 @@ class AcceptanceVector:
     # per measured prompt [positions, count of rank 1..W, none] (engine/intervals.py); [] in files
     # measured before prompts were recorded, and in interpolated or learned vectors
     prompt_counts: list = field(default_factory=list)
-    interval: str = "positions"         # what ci95 is over: "prompts" (each prompt one draw) or "positions"
+    interval: str = "positions"         # what ci95 is over: "prompts" (each prompt one draw), "positions",
+                                        # or "posterior" (pooled with learned evidence: learning.with_stored)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -102,7 +102,8 @@ def _refuse_misspelt_keys(cfg: dict, keys: list[str]) -> None:
         close = difflib.get_close_matches(key, sorted(fields), n=1, cutoff=0.8)
         if close:
             raise UserError(f"override '{key}' is not a {cfg['model_type']} config field: did you mean '{close[0]}'?")
-        log.warning("override %r is not a field of a %s config; kept as given", key, cfg["model_type"])
+        log.warning("override %r is not among a %s config's defaults; kept as given (a model may still read it)",
+                    key, cfg["model_type"])
 
 
 def _value(text: str):

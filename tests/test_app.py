@@ -529,12 +529,11 @@ def test_a_message_for_the_user_prints_no_traceback_to_the_server_log(client, ca
 
 def test_the_done_line_says_when_learning_changed_the_tree():
     """A learning run that moved from n=8 to a 6-node tree ended with "… with Sequoia n=8 d=4." only."""
-    from types import SimpleNamespace
     from app.live import Run
     from engine.settings import Settings
-    step = lambda parents: SimpleNamespace(nodes=[object()] * len(parents), tree_parents=parents)   # noqa: E731
     run = Run(Settings())
-    run.events = [step([-1, 0, 1, 2]), step([-1, 0, 1, 2]), step([-1, 0, 0, 1, 2, 3]), step([-1, 0, 0, 1, 2, 3])]
+    assert run.replanned_words() == ""   # learning off
+    run.learning = {"replans": 0, "tree_parents": [-1, 0, 1, 2]}
+    assert run.replanned_words() == ""   # learning on, never re-planned (a tree cut at the context limit is no re-plan)
+    run.learning = {"replans": 1, "tree_parents": [-1, 0, 0, 1, 2, 3]}
     assert run.replanned_words() == " (re-planned 1 time as it learned; the last tree n=6 d=4)"
-    run.events = run.events[:2] + [SimpleNamespace(nodes=[], tree_parents=[-1])]   # the final event has no tree
-    assert run.replanned_words() == ""

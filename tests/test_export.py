@@ -362,3 +362,8 @@ def test_a_broken_tree_json_is_said_to_be_one():
     with pytest.raises(TreeError) as refused:
         export.import_tree(b'{"parents": [-1, 0')
     assert "speculative_token_tree" not in str(refused.value), refused.value
+    # plain text that is no JSON is told so too, and a tree JSON saved with a BOM (Windows editors) reads
+    with pytest.raises(TreeError, match="not valid JSON"):
+        export.import_tree(b"hello")
+    assert export.import_tree(b'\xef\xbb\xbf{"parents": [-1, 0, 0]}').parents == (-1, 0, 0)
+    assert export.detect_format(b"[(0,), (1,)]") == "vllm"   # a bare vLLM string still is one

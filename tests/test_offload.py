@@ -62,9 +62,14 @@ def test_bad_device_maps_are_clear_errors(tmp_path):
         load_pair(str(draft), str(target), device="cpu", target_device_map="auto", max_memory="cpu=1KB")
     with pytest.raises(UserError, match="unknown device 'tpu' in max memory"):
         parse_max_memory("tpu=3GiB")
-    for typo in ("cpu=abc", "cpu=0", "cpu=-5GB", "cpu="):   # reached accelerate after the old pair was dropped
+    for typo in ("cpu=abc", "cpu=-5GB", "cpu="):   # reached accelerate after the old pair was dropped
         with pytest.raises(UserError, match="a size: bytes, or a number with"):
             parse_max_memory(typo)
+    with pytest.raises(UserError, match="look like gpu0=20GiB"):
+        parse_max_memory("cpu")
+    with pytest.raises(UserError, match="lowercase b means bits.*write 20GB for bytes"):
+        parse_max_memory("cpu=20gb")
     assert parse_max_memory("gpu0=20GiB, cpu=2.5GB,mps=1000") == {0: "20GiB", "cpu": "2.5GB", "mps": 1000}
+    assert parse_max_memory("gpu0=0,cpu=0GB") == {0: 0, "cpu": "0GB"}   # 0 keeps a device out
     with pytest.raises(UserError, match="device map"):
         load_pair(str(draft), str(target), device="cpu", max_memory="cpu=1GiB")
