@@ -107,6 +107,14 @@ class Evidence:
             out.accepts[k] += other.accepts[k]
         return out
 
+    def less(self, other: "Evidence") -> "Evidence":
+        """This evidence without `other`'s part of it, per rank never below 0 (a capped store holds
+        less of it than `other` counts)."""
+        trials = [max(0.0, t - (other.trials[k] if k < len(other.trials) else 0.0)) for k, t in enumerate(self.trials)]
+        accepts = [min(max(0.0, a - (other.accepts[k] if k < len(other.accepts) else 0.0)), trials[k])
+                   for k, a in enumerate(self.accepts)]
+        return Evidence(trials, accepts, max(0.0, self.nodes - other.nodes), max(0, self.runs - other.runs))
+
     def observed(self) -> list[float | None]:
         """accepts / trials per rank (None where a rank had no trial)."""
         return [a / t if t else None for a, t in zip(self.accepts, self.trials)]

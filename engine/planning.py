@@ -417,6 +417,27 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
                             prompt_digest=digest)
 
 
+def _less_this_prompt(pair, stored, key: str, domain: str, settings: Settings, prompt_ids):
+    """The key's stored evidence without what this prompt's own earlier runs put there: a run of a
+    prompt seen before counts those runs from the prompt's memory (prompt_memory), and counted them
+    twice (a second run of a new prompt: "26 learned over 1 run, 26 positions remembered from 1
+    earlier run of this prompt", the same 26). The store keeps openings where a drift applies, else
+    whole runs (Learner.record); memory carried from other settings was never in this store."""
+    if stored.nodes <= 0:
+        return stored
+    try:
+        memory = prompt_memory.recall(key, prompt_memory.digest(prompt_ids))
+    except Exception:  # noqa: BLE001 - a prompt's memory must not cost the plan its store
+        log.exception("could not read this prompt's memory; its runs may count twice")
+        return stored
+    if memory is None:
+        return stored
+    drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens,
+                                   draft_kernels=profiler.draft_kernels(pair))
+    mine = memory.head if drift is not None else memory.head.add(memory.tail)
+    return stored.less(replace(mine, runs=memory.runs))
+
+
 def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) -> dict | None:
     """What earlier runs of this prompt give the plan (engine/prompt_memory.py): the posterior the
     run's learning would start planning from, with the runs and positions behind it (and the
@@ -509,17 +530,20 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
                                            should_stop, prompts, tokens_per_prompt, interpolate_first=learn,
                                            prompt=prompt)
     base, learned = vec, None
+    counts_memory = (learn and prompt_ids is not None
+                     and (method is None or (method.uses_draft and learns_from(method, settings))))
     if learn and vec is not None:
         key = learning_key(pair, settings, domain=domain)
         stored = learning.load(key)
+        if counts_memory:
+            stored = _less_this_prompt(pair, stored, key, domain, settings, prompt_ids)
         learned = {"key": key, "positions": int(stored.nodes), "runs": stored.runs,
                    "store": str(learning.learned_path(key))}  # not "path": gradio_client would fetch it as a file
         if stored.nodes > 0:
             vec = learning.with_stored(vec, stored)
             note += f"; pooled with {int(stored.nodes)} positions learned over {stored.runs} runs"
     remembered = None   # a prompt run before: the DP plans from, and every method predicts by, its posterior
-    if (learn and vec is not None and prompt_ids is not None
-            and (method is None or (method.uses_draft and learns_from(method, settings)))):
+    if counts_memory and vec is not None:
         remembered = _remembered(pair, vec, base, domain, settings, prompt_ids)
     probs = remembered["posterior"] if remembered is not None else (vec.probabilities if vec is not None else None)
     prof = corrected_profile(pair, not settings.greedy)

@@ -226,6 +226,32 @@ def test_with_a_drift_the_plan_counts_only_the_remembered_openings(cache, monkey
     assert replan.state()["remembered"] == {"runs": 1, "positions": 60, "carried_from": ""}
 
 
+def test_a_prompts_own_runs_count_once(cache):
+    """A run keeps its evidence twice, in the settings' store and in the prompt's memory; a later
+    run of the prompt counted it from both ("26 learned over 1 run, 26 positions remembered from 1
+    earlier run of this prompt", the same 26). The store now counts only other prompts' runs."""
+    measured = [0.3, 0.1, 0.05, 0.02]
+    pair = _pair_measured_at((0.5, measured))
+    settings = Settings(temperature=0.5, max_new_tokens=24)
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    ids, other = encode_prompt(pair, "hello world", False), encode_prompt(pair, "another prompt", False)
+    key = planning.learning_key(pair, settings)
+    mine, theirs = learning.Evidence([200, 40, 10], [190, 6, 2], 200, 1), learning.Evidence([100, 30], [60, 9], 100, 1)
+    for prompt, ev in ((ids, mine), (other, theirs)):   # as Learner.record keeps a run (no drift: all of it)
+        prompt_memory.remember(key, prompt_memory.digest(prompt), ev, learning.Evidence())
+        learning.record(key, ev)
+    plan = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    assert plan.learned["positions"] == 100 and plan.learned["runs"] == 1   # the other prompt's run only
+    assert plan.remembered["positions"] == 200
+    assert plan.backing_positions == plan.measured_acceptance.positions + 300   # each run once
+    start = learning.pooled(measured, theirs)
+    assert plan.acceptance.probabilities == pytest.approx(start)
+    assert plan.remembered["posterior"] == pytest.approx(learning.pooled(start, mine))
+    # another prompt counts both runs from the store
+    assert planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True,
+                               prompt_ids=encode_prompt(pair, "a third one", False)).learned["positions"] == 300
+
+
 def test_rescaling_scales_rank_1_misses_and_the_ranks_after_alike():
     ev = learning.Evidence([100, 40, 10], [80, 8, 2], 100)
     harder = prompt_memory.rescaled(ev, 1.5)   # 20 misses -> 30; ranks 2.. x1.5
