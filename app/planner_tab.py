@@ -232,7 +232,11 @@ def build(ctx: AppContext, live: dict) -> dict:
 
     def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                 request: gr.Request = None):
-        return view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        """The tab redrawn; dropped when a newer redraw was asked for meanwhile (the newest wins)."""
+        sess = ctx.sessions.get(request)
+        ticket = sess.ask_planner_view()
+        out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        return {info: gr.skip()} if sess.newer_planner_view(ticket) else out
 
     def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
@@ -316,11 +320,13 @@ def build(ctx: AppContext, live: dict) -> dict:
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
         fn, inputs, plan_outputs = live["replan_when_idle"]
         imported.success(fn, inputs, plan_outputs, api_name="plan_on_import", show_progress="hidden",
-                         **PAGE_WIRING, **LIGHT)
+                         trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # the tab itself follows the import (its plan line, heatmap and speedup marks stayed on the
     # Sequoia plan until the tab was selected again)
-    imported.success(refresh, settings_inputs, outputs, api_name="planner_on_import", **PAGE_WIRING,
-                     **refresh_event)
+    # always_last: a second import while the first one's redraw still ran was dropped by the
+    # page (Gradio's default "once"), and the tab kept showing the first tree
+    imported.success(refresh, settings_inputs, outputs, api_name="planner_on_import", trigger_mode="always_last",
+                     **PAGE_WIRING, **refresh_event)
     return {"refresh": (refresh, settings_inputs, outputs)}
 
 

@@ -55,6 +55,7 @@ class Session:
     plan: Any = None                      # last PlanResult shown
     submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
     plan_asks: int = 0                    # plans asked for by this page, Generate's included
+    planner_views: int = 0                # Planner tab redraws asked for (the newest one is shown)
     plan_after_run: bool = False          # re-plan once the run ends: a control that re-plans was changed
                                           # while it went, or it learned (learning on, or a race)
     plan_profile: Any = None              # the device profile's stamp when the header last planned
@@ -85,6 +86,17 @@ class Session:
         with self.lock:
             self.plan_asks += 1
             return self.plan_asks
+
+    def ask_planner_view(self) -> int:
+        """A ticket for one redraw of the Planner tab: a tab select, an import and a new profile each
+        redraw it, side by side, and a slow one ending last (the tab select's, planned for the
+        method before the import) put back the plan the import had replaced."""
+        with self.lock:
+            self.planner_views += 1
+            return self.planner_views
+
+    def newer_planner_view(self, ticket: int) -> bool:
+        return self.planner_views != ticket
 
     def live_run_on_screen(self) -> bool:
         """Whether the Live tab shows a run (finished, stopped or failed, even one that failed
