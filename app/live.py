@@ -113,15 +113,15 @@ class Run:
     def replanned_words(self) -> str:
         """How often learning changed the tree during the run, and the last one ("" if never): the
         Done line named only the plan the run started from (n=8 d=4 after it had moved to 6 nodes).
-        The learner's own count (planning.Replanner): a tree cut at the context limit, or a slider
-        re-plan sent to the run, is no learning."""
-        changes = int((self.learning or {}).get("replans") or 0)
+        The learner's own count (planning.Replanner.tree_changes): a tree cut at the context limit,
+        a slider re-plan sent to the run, or a re-plan that kept the tree is no change by learning."""
+        changes = int((self.learning or {}).get("tree_changes") or 0)
         parents = (self.learning or {}).get("tree_parents")
         if not changes or not parents:
             return ""
         last = Tree.from_parents(parents)
-        return (f" (re-planned {changes} time{'' if changes == 1 else 's'} as it learned; "
-                f"the last tree n={last.size} d={last.depth})")
+        return (f" (learning changed its tree {changes} time{'' if changes == 1 else 's'}; "
+                f"the last one n={last.size} d={last.depth})")
 
     def predicted(self) -> tuple[float | None, str]:
         """Mean over the steps so far of F(tree of that step) under the plan's vector."""

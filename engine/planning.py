@@ -465,7 +465,8 @@ class Replanner:
         self.result, self.settings, self.user = result, settings, user
         self.tree, self.spec, self.forced = result.method.tree, result.spec, False
         self.learner = learner_for(pair, result, settings, opening, prompt_ids, memory) if learn else None
-        self.replans = 0
+        self.replans = 0        # learning's DP re-runs
+        self.tree_changes = 0   # those that gave another tree
 
     def observe(self, event) -> None:
         if self.learner is not None:
@@ -492,6 +493,8 @@ class Replanner:
                 log.exception("learning re-plan failed; keeping the current tree")
                 tree = None
             if tree is not None:
+                # a re-plan (the DP run again) need not change the tree: counted apart
+                self.tree_changes += tuple(tree.parents) != tuple(self.tree.parents)
                 self.tree = tree
                 learner.planned_with = posterior
                 self.replans += 1
@@ -501,7 +504,7 @@ class Replanner:
     def state(self) -> dict:
         """What the Live chart shows (learning on): prior, observed, posterior, the current tree."""
         out = self.learner.state() if self.learner is not None else {}
-        out.update(tree_parents=list(self.tree.parents), replans=self.replans,
+        out.update(tree_parents=list(self.tree.parents), replans=self.replans, tree_changes=self.tree_changes,
                    expected_tokens=(self.tree.expected_tokens(out["posterior"]) if out else None))
         return out
 

@@ -533,7 +533,7 @@ def test_the_done_line_says_when_learning_changed_the_tree():
     from engine.settings import Settings
     run = Run(Settings())
     assert run.replanned_words() == ""   # learning off
-    run.learning = {"replans": 0, "tree_parents": [-1, 0, 1, 2]}
-    assert run.replanned_words() == ""   # learning on, never re-planned (a tree cut at the context limit is no re-plan)
-    run.learning = {"replans": 1, "tree_parents": [-1, 0, 0, 1, 2, 3]}
-    assert run.replanned_words() == " (re-planned 1 time as it learned; the last tree n=6 d=4)"
+    run.learning = {"replans": 9, "tree_changes": 0, "tree_parents": [-1, 0, 1, 2]}
+    assert run.replanned_words() == ""   # re-planned, the tree kept (a tree cut at the context limit is no change either)
+    run.learning = {"replans": 9, "tree_changes": 1, "tree_parents": [-1, 0, 0, 1, 2, 3]}
+    assert run.replanned_words() == " (learning changed its tree 1 time; the last one n=6 d=4)"

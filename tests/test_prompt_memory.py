@@ -134,6 +134,10 @@ def test_a_second_run_of_a_prompt_starts_from_what_the_first_observed(cache):
 
     first, first_steps, first_out = run(ids)
     assert first.learner.memory is None
+    # the Done line's count: re-plans that gave another tree, as the steps' trees show (no context cut here)
+    trees = [tuple(e.tree_parents) for e in first_steps]
+    assert first.tree_changes == sum(a != b for a, b in zip(trees, trees[1:])) <= first.replans
+    assert first.tree_changes > 0 and first.state()["tree_changes"] == first.tree_changes
     second, second_steps, second_out = run(ids)
     memory = second.learner.memory
     assert memory is not None and memory.runs == 1
