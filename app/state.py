@@ -16,7 +16,7 @@ from app.gradio_fixes import drop_orphaned_copies
 from engine import export
 from engine.errors import UserError
 from engine.settings import Settings
-from engine.tree import Tree, TreeError
+from engine.tree import Tree
 from engine.planning import MethodSpec
 from engine.worker import Worker
 
@@ -328,13 +328,5 @@ def read_tree_file(path: str) -> Tree:
         raise UserError(f"cannot read the uploaded file: {exc.strerror}") from None
     if not data:
         raise UserError("the uploaded file is empty")
-    # every format the Planner exports reads back, as `generate --tree` reads them (the page took
-    # only tree JSON and growmaps: its own vLLM and Medusa exports were refused)
-    growmap = str(path).endswith((".pt", ".pth")) or export.detect_format(data) == "growmap"
-    if not growmap:
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise TreeError("the file is neither a tree file (JSON, vLLM or Medusa export) nor an original "
-                            "Sequoia growmap (.pt)") from None
-    return export.import_tree(data, "growmap" if growmap else None)
+    # every format the Planner exports reads back (its own vLLM and Medusa exports were refused)
+    return export.import_tree(data, name=path)

@@ -220,16 +220,23 @@ def detect_format(data: bytes) -> str:
     return "json"
 
 
-def import_tree(data: bytes, fmt: str | None = None) -> Tree:
-    """Any export back to a Tree; the format is detected when not given."""
+def import_tree(data: bytes, fmt: str | None = None, name: str | None = None) -> Tree:
+    """Any export back to a Tree; the format is detected when not given (a file `name` ending in
+    .pt or .pth is a growmap). The one reader of tree files: `export --tree`, `generate --tree`
+    and the Planner tab's import."""
     if not data:
         raise UserError("the tree file is empty")
-    fmt = fmt or detect_format(data)
+    if fmt is None and name is not None and str(name).endswith((".pt", ".pth")):
+        fmt = "growmap"
+    detected, fmt = fmt is None, fmt or detect_format(data)
     if fmt == "growmap":
         return from_growmap(data)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
+        if detected:   # binary, and no growmap: none of the formats
+            raise TreeError("the file is neither a tree file (JSON, vLLM or Medusa export) nor an original "
+                            "Sequoia growmap (.pt)") from None
         raise TreeError(f"a {fmt} tree file must be UTF-8 text") from None
     if fmt == "json":
         return Tree.from_json(text)

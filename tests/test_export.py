@@ -367,3 +367,6 @@ def test_a_broken_tree_json_is_said_to_be_one():
         export.import_tree(b"hello")
     assert export.import_tree(b'\xef\xbb\xbf{"parents": [-1, 0, 0]}').parents == (-1, 0, 0)
     assert export.detect_format(b"[(0,), (1,)]") == "vllm"   # a bare vLLM string still is one
+    # binary that is no growmap is none of the formats (it was refused as "a vllm tree file must be UTF-8 text")
+    with pytest.raises(TreeError, match="neither a tree file"):
+        export.import_tree(b"\xff\xfe\x00binary", name="tree.json")

@@ -49,7 +49,7 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
             data = Path(args.tree).read_bytes()
         except OSError as exc:
             raise UserError(f"cannot read --tree {args.tree}: {exc.strerror}") from None
-        return export.import_tree(data), draft, target
+        return export.import_tree(data, name=args.tree), draft, target
     if plan.uses_pair(args):
         return _pair_tree(args)
     acceptance = plan.acceptance_from_args(args)

@@ -117,7 +117,7 @@ def load_tree_file(path: str) -> Tree:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read tree file {path}: {exc.strerror}") from None
-    return export.import_tree(data, "growmap" if path.endswith(".pt") else None)
+    return export.import_tree(data, name=path)
 
 
 def run(args) -> int:
