@@ -417,20 +417,23 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
                             prompt_digest=digest)
 
 
-def _less_this_prompt(pair, stored, key: str, domain: str, settings: Settings, prompt_ids):
-    """The key's stored evidence without what this prompt's own earlier runs put there: a run of a
-    prompt seen before counts those runs from the prompt's memory (prompt_memory), and counted them
-    twice (a second run of a new prompt: "26 learned over 1 run, 26 positions remembered from 1
-    earlier run of this prompt", the same 26). The store keeps openings where a drift applies, else
-    whole runs (Learner.record); memory carried from other settings was never in this store."""
-    if stored.nodes <= 0:
-        return stored
+def _own_memory(key: str, prompt_ids):
+    """This prompt's memory at these settings (prompt_memory.recall), or None."""
     try:
-        memory = prompt_memory.recall(key, prompt_memory.digest(prompt_ids))
+        return prompt_memory.recall(key, prompt_memory.digest(prompt_ids))
     except Exception:  # noqa: BLE001 - a prompt's memory must not cost the plan its store
-        log.exception("could not read this prompt's memory; its runs may count twice")
-        return stored
-    if memory is None:
+        log.exception("could not read this prompt's memory; planning without it")
+        return None
+
+
+def _less_this_prompt(pair, stored, memory, domain: str, settings: Settings):
+    """The key's stored evidence without what this prompt's own earlier runs (`memory`) put there:
+    a run of a prompt seen before counts those runs from the prompt's memory (prompt_memory), and
+    counted them twice (a second run of a new prompt: "26 learned over 1 run, 26 positions
+    remembered from 1 earlier run of this prompt", the same 26). The store keeps openings where a
+    drift applies, else whole runs (Learner.record); memory carried from other settings was never
+    in this store."""
+    if stored.nodes <= 0 or memory is None:
         return stored
     drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens,
                                    draft_kernels=profiler.draft_kernels(pair))
@@ -438,12 +441,13 @@ def _less_this_prompt(pair, stored, key: str, domain: str, settings: Settings, p
     return stored.less(replace(mine, runs=memory.runs))
 
 
-def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids) -> dict | None:
+def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids, memory=None) -> dict | None:
     """What earlier runs of this prompt give the plan (engine/prompt_memory.py): the posterior the
     run's learning would start planning from, with the runs and positions behind it (and the
     settings it was carried from, for a code prompt run before only at others); None for a prompt
-    with no memory the run would count."""
-    learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, None)
+    with no memory the run would count. `memory`: the prompt's memory at these settings when the
+    caller has read it already (else it is read here, or carried from others)."""
+    learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, memory)
     if learner.memory is None or learner.remembered.nodes <= 0:   # none, or none of the part a start counts
         return None
     return {"runs": learner.memory.runs, "positions": int(learner.remembered.nodes), "posterior": learner.posterior,
@@ -532,14 +536,15 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
     vec, exact, note, domain = _acceptance(pair, spec, settings, sampler, measure, allow_nearest, progress,
                                            should_stop, prompts, tokens_per_prompt, interpolate_first=learn,
                                            prompt=prompt)
-    base, learned = vec, None
+    base, learned, memory = vec, None, None
     counts_memory = (learn and prompt_ids is not None
                      and (method is None or (method.uses_draft and learns_from(method, settings))))
     if learn and vec is not None:
         key = learning_key(pair, settings, domain=domain)
         stored = learning.load(key)
-        if counts_memory:
-            stored = _less_this_prompt(pair, stored, key, domain, settings, prompt_ids)
+        if counts_memory:   # read once: the store is counted without it, and the plan pools it
+            memory = _own_memory(key, prompt_ids)
+            stored = _less_this_prompt(pair, stored, memory, domain, settings)
         learned = {"key": key, "positions": int(stored.nodes), "runs": stored.runs,
                    "store": str(learning.learned_path(key))}  # not "path": gradio_client would fetch it as a file
         if stored.nodes > 0:
@@ -547,7 +552,7 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
             note += f"; pooled with {int(stored.nodes)} positions learned over {stored.runs} runs"
     remembered = None   # a prompt run before: the DP plans from, and every method predicts by, its posterior
     if counts_memory and vec is not None:
-        remembered = _remembered(pair, vec, base, domain, settings, prompt_ids)
+        remembered = _remembered(pair, vec, base, domain, settings, prompt_ids, memory)
     probs = remembered["posterior"] if remembered is not None else (vec.probabilities if vec is not None else None)
     prof = corrected_profile(pair, not settings.greedy)
     choice = None
