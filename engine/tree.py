@@ -19,7 +19,6 @@ from functools import cached_property
 import torch
 
 
-
 def _unpickler_reason(exc: pickle.UnpicklingError) -> str:
     """The line of torch's weights-only refusal that names what it met ("Unsupported global:
     GLOBAL os.system", "unsupported GLOBAL posix.system", "Unsupported operand 54"), without its
