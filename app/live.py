@@ -253,7 +253,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         Generate, with the page's values of that moment, says nothing once it ends (Generate read
         the values the run uses; the run shows its own plan)."""
         sess = ctx.sessions.get(request)
-        ticket = sess.ask_plan()
+        ticket = sess.plans.ask()
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
@@ -281,7 +281,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         except (UserError, TreeError) as exc:
             yield {status: f"! {exc}"}
             raise page_error(str(exc)) from None
-        if sess.newer_plan_asked(ticket):
+        if sess.plans.superseded(ticket):
             yield {status: gr.skip()}   # a newer plan, or a run, was asked for since
             return
         sess.plan = result
@@ -348,14 +348,14 @@ def build(ctx: AppContext, header: dict) -> dict:
         once a run has started (Generate pressed while it planned): the run shows its own plan, and
         a late page-load plan must not replace it (it did, on a page opened as the pair loaded)."""
         sess = ctx.sessions.get(request)
-        ticket = sess.ask_plan()
+        ticket = sess.plans.ask()
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
         except (UserError, TreeError) as exc:
-            if sess.running or sess.newer_plan_asked(ticket):
+            if sess.running or sess.plans.superseded(ticket):
                 return _dropped(sess)
             if isinstance(exc, NeedsMeasurement):
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
@@ -367,7 +367,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             else:
                 msg = str(exc)
             return {status: msg, tree: no_tree_yet()}
-        if sess.running or sess.newer_plan_asked(ticket):
+        if sess.running or sess.plans.superseded(ticket):
             return _dropped(sess)
         sess.plan = result
         vec = result.planning_probabilities
@@ -393,7 +393,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             sess.refuse_if_running()
             sess.learn = learn_v is not False
-            sess.ask_plan()   # before the job exists: a re-plan asked for before now must not reach it
+            sess.plans.ask()   # before the job exists: a re-plan asked for before now must not reach it
             sess.plan_after_run = False   # the run reads every control as it is now
             sess.submitting = True   # and the session counts as running from here
             try:

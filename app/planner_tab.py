@@ -178,7 +178,9 @@ def build(ctx: AppContext, live: dict) -> dict:
                                 f"{result.backing_positions} positions** ({render.backing_detail(result)})")
         if planned is not None:
             table = table_for(planned, ctx.max_budget, ctx.max_depth)
-            out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, _mark(result, spec))
+            own = result.tree.expected_tokens(planned) if spec.kind == "tree" and result is not None else None
+            out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, _mark(result, spec),
+                                             imported_tokens=own)
         else:
             out[heat] = plots.empty_figure("G(n, d) needs an acceptance vector", 300)
         # ---- device profile and predicted speedup
@@ -200,7 +202,10 @@ def build(ctx: AppContext, live: dict) -> dict:
             used = result.profile if result is not None and result.profile is not None else prof
             choice = planning.hardware_aware(planned, used, ctx.max_budget, ctx.max_depth,
                                              not settings.greedy)
-            out[speed] = plots.speedup_figure(choice.grid, _mark(result, spec), measured_up_to=max(used.target_seconds))
+            own = (planning.predict(result.tree, planned, used, not settings.greedy).speedup
+                   if spec.kind == "tree" and result is not None else None)
+            out[speed] = plots.speedup_figure(choice.grid, _mark(result, spec), measured_up_to=max(used.target_seconds),
+                                              imported_speedup=own)
         else:
             out[speed] = plots.empty_figure("Predicted speedup needs an acceptance vector and a device profile", 280)
         # ---- chosen tree and export
@@ -234,9 +239,9 @@ def build(ctx: AppContext, live: dict) -> dict:
                 request: gr.Request = None):
         """The tab redrawn; dropped when a newer redraw was asked for meanwhile (the newest wins)."""
         sess = ctx.sessions.get(request)
-        ticket = sess.ask_planner_view()
+        ticket = sess.planner_views.ask()
         out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
-        return {info: gr.skip()} if sess.newer_planner_view(ticket) else out
+        return {info: gr.skip()} if sess.planner_views.superseded(ticket) else out
 
     def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):

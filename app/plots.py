@@ -340,8 +340,10 @@ def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = 
 
 # ---------------------------------------------------------------- planner charts
 def heatmap_figure(G, max_budget: int, max_depth: int, chosen: tuple[int, int] | None = None,
-                   height: int = 300) -> go.Figure:
-    """Expected tokens per step G(n, d): budget n across, depth d up."""
+                   height: int = 300, imported_tokens: float | None = None) -> go.Figure:
+    """Expected tokens per step G(n, d): budget n across, depth d up. `imported_tokens`: the mark
+    is an imported tree's size and depth, whose own value this is (the cell under it holds the
+    best tree of that size and depth, which the imported one need not be)."""
     budgets = list(range(1, max_budget + 1))
     depths = list(range(1, max_depth + 1))
     z = [[(float(G[n, d]) if math.isfinite(G[n, d]) else None) for n in budgets] for d in depths]
@@ -350,9 +352,12 @@ def heatmap_figure(G, max_budget: int, max_depth: int, chosen: tuple[int, int] |
                                hovertemplate="budget n=%{x}, depth d=%{y}<br>G = %{z:.3f} tokens/step<extra></extra>"))
     if chosen:
         n, d = chosen
+        hover = ("chosen: n=%{x}, d=%{y}" if imported_tokens is None else
+                 f"imported tree: n=%{{x}}, d=%{{y}}<br>its own {imported_tokens:.3f} tokens/step "
+                 "(the cell: the best tree of this size and depth)")
         fig.add_trace(go.Scatter(x=[n], y=[d], mode="markers", name="chosen",
                                  marker=dict(symbol="x-thin", size=16, line=dict(width=3, color="#f43f5e")),
-                                 hovertemplate="chosen: n=%{x}, d=%{y}<extra></extra>"))
+                                 hovertemplate=hover + "<extra></extra>"))
     fig.update_xaxes(title_text="tree budget n (nodes, root included)")
     fig.update_yaxes(title_text="depth d (levels)", dtick=2)
     return _base_layout(fig, height, "Expected tokens per step G(n, d) from the DP", showlegend=False)
@@ -391,10 +396,12 @@ def profile_figure(profile, height: int = 280, observed: dict | None = None) -> 
 
 
 def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280,
-                   measured_up_to: int | None = None) -> go.Figure:
+                   measured_up_to: int | None = None, imported_speedup: float | None = None) -> go.Figure:
     """Predicted speedup over autoregressive vs budget (best depth for each budget).
     measured_up_to: the largest tree the device profile timed; budgets past it rest on the cost
-    curve's extrapolation (engine/planner.py CostCurve) and are drawn dashed."""
+    curve's extrapolation (engine/planner.py CostCurve) and are drawn dashed. `imported_speedup`:
+    the mark is an imported tree, drawn at its own predicted speedup (the grid holds the best tree
+    of its size and depth)."""
     budgets = list(grid.budgets)
     best, best_d = [], []
     for i in range(len(budgets)):
@@ -418,9 +425,12 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
         n, d = chosen
         i = budgets.index(n) if n in budgets else None
         j = list(grid.depths).index(d) if d in grid.depths else None
-        if i is not None and j is not None:
-            fig.add_trace(go.Scatter(x=[n], y=[grid.speedup[i][j]], mode="markers+text", name="chosen",
-                                     text=[f" n={n}, d={d}"], textposition="top center",
+        y = imported_speedup if imported_speedup is not None else (
+            grid.speedup[i][j] if i is not None and j is not None else None)
+        if y is not None:
+            fig.add_trace(go.Scatter(x=[n], y=[y], mode="markers+text", name="chosen",
+                                     text=[f" {'imported ' if imported_speedup is not None else ''}n={n}, d={d}"],
+                                     textposition="top center",
                                      marker=dict(size=13, color="#f43f5e", symbol="star")))
     fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))
     fig.update_xaxes(title_text="tree budget n", gridcolor=GRID)

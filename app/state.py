@@ -37,6 +37,23 @@ TAB_OF_JOB = {"generate": "live", "plan": "live", "race": "race", "measure accep
               "profile device": "planner", "check pair": "models", "load models": "load"}
 
 
+class NewestWins:
+    """Tickets for work a page asks for side by side when only the newest asked for may show."""
+
+    def __init__(self):
+        self._asked = 0
+        self._lock = threading.Lock()
+
+    def ask(self) -> int:
+        with self._lock:
+            self._asked += 1
+            return self._asked
+
+    def superseded(self, ticket: int) -> bool:
+        """Whether more was asked for after the ask that got `ticket`."""
+        return self._asked != ticket
+
+
 @dataclass
 class Session:
     """One browser tab (or one gradio_client). `live` is the tree a running job of this session
@@ -54,8 +71,13 @@ class Session:
     imported: Tree | None = None
     plan: Any = None                      # last PlanResult shown
     submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
-    plan_asks: int = 0                    # plans asked for by this page, Generate's included
-    planner_views: int = 0                # Planner tab redraws asked for (the newest one is shown)
+    # plans of one page run side by side and the one shown must be the newest asked for, not the
+    # last to finish. Generate takes a plan ticket before its job exists: the run plans with the
+    # values it was given, so a plan asked for before it must not replace the plan the run shows
+    plans: NewestWins = field(default_factory=NewestWins)
+    # Planner tab redraws: a tab select, an import and a new profile each redraw it, and a slow one
+    # ending last (the tab select's, planned for the method before an import) put back the old plan
+    planner_views: NewestWins = field(default_factory=NewestWins)
     plan_after_run: bool = False          # re-plan once the run ends: a control that re-plans was changed
                                           # while it went, or it learned (learning on, or a race)
     plan_profile: Any = None              # the device profile's stamp when the header last planned
@@ -79,25 +101,6 @@ class Session:
             what, tab = ("a race", "Race") if race else ("a Live run", "Live")
             raise UserError(f"{what} is already going: press Stop in the {tab} tab first")
 
-    def ask_plan(self) -> int:
-        """A ticket for one plan asked for by the page; see newer_plan_asked. Generate takes one
-        before its job exists: the run plans with the values it was given, so a plan asked for
-        before it, with the page's values of that moment, must not replace the plan the run shows."""
-        with self.lock:
-            self.plan_asks += 1
-            return self.plan_asks
-
-    def ask_planner_view(self) -> int:
-        """A ticket for one redraw of the Planner tab: a tab select, an import and a new profile each
-        redraw it, side by side, and a slow one ending last (the tab select's, planned for the
-        method before the import) put back the plan the import had replaced."""
-        with self.lock:
-            self.planner_views += 1
-            return self.planner_views
-
-    def newer_planner_view(self, ticket: int) -> bool:
-        return self.planner_views != ticket
-
     def live_run_on_screen(self) -> bool:
         """Whether the Live tab shows a run (finished, stopped or failed, even one that failed
         or stopped before its first step): a later plan then leaves its tree and status line alone
@@ -109,11 +112,6 @@ class Session:
         ends (app/live.py plan_after_run, chained after Generate and Start race)."""
         if self.running:
             self.plan_after_run = True
-
-    def newer_plan_asked(self, ticket: int) -> bool:
-        """Whether a plan (or a run) was asked for after the one holding `ticket`: plans of one
-        page run side by side, and the one shown must be the newest asked for, not the last to finish."""
-        return self.plan_asks != ticket
 
     def jobs_going(self) -> list:
         """This session's jobs that have not finished (queued or running)."""

@@ -137,7 +137,7 @@ def test_replay_after_a_run(client):
         client.predict(steps + 5, api_name="/replay")
 
 
-def test_import_tree_json_and_growmap(client, tmp_path):
+def test_import_tree_json_and_growmap(served, client, tmp_path):
     from gradio_client import handle_file
     path = tmp_path / "tree.json"
     path.write_text(json.dumps({"parents": [-1, 0, 0, 1, 2, 3]}))
@@ -146,6 +146,7 @@ def test_import_tree_json_and_growmap(client, tmp_path):
     plan = client.predict("tree", 8, 4, False, 0, 1, api_name="/plan")
     assert plan[-1]["parents"] == [-1, 0, 0, 1, 2, 3]
     assert "Imported tree n=6 d=4" in str(plan[0]) and "Sequoia" not in str(plan[0])   # was "Sequoia n=6 d=4"
+    _the_planner_marks_the_imported_tree_at_its_own_value(served, client, 6, 4)
     grow = tmp_path / "growmap.pt"
     torch.save({"Successors": [[1, 2], [3], [], []], "size": 4}, grow)
     out = client.predict(handle_file(str(grow)), api_name="/import_tree")
@@ -165,6 +166,29 @@ def test_import_tree_json_and_growmap(client, tmp_path):
         path.write_text(export.export_tree(tree, fmt))
         out = client.predict(handle_file(str(path)), api_name="/import_tree")
         assert out[-1]["parents"] == list(tree.parents) and "Imported" in out[0], fmt
+
+
+def _the_planner_marks_the_imported_tree_at_its_own_value(served, client, size, depth):
+    """The Planner's charts mark an imported tree at its size and depth, where the heatmap's cell
+    and the speedup curve hold the best tree of that shape: the mark says the imported tree's own
+    tokens/step, and the speedup star sits at its own predicted speedup, said to be the imported one's."""
+    from engine import profiler
+    pair = served["ctx"].worker.pair
+    if profiler.cached_acceptance(pair, 0.0) is None:   # the charts need a vector at T = 0
+        probs = [0.7, 0.15, 0.05] + [0.0] * 13
+        profiler.save_acceptance(pair, profiler.AcceptanceVector(
+            probs, 0.1, 2000, [0.01] * 16, pair.draft_name, pair.target_name, "sequoia", 0.0, 1.0, 16, 12,
+            draft_kernels=profiler.draft_kernels(pair)))
+    out = client.predict("tree", 8, 4, False, 0, 1, 0, PROMPT, 64, api_name="/planner")
+    heat, speed = (json.loads(out[i]["plot"]) for i in (3, 6))
+    mark = next(t for t in heat["data"] if t.get("name") == "chosen")
+    assert (mark["x"], mark["y"]) == ([size], [depth]) and "imported tree" in mark["hovertemplate"], mark
+    own = float(mark["hovertemplate"].split("its own ")[1].split(" ")[0])
+    assert 1 < own <= heat["data"][0]["z"][depth - 1][size - 1] + 1e-3   # no better than the best of its shape
+    star = next((t for t in speed["data"] if t.get("name") == "chosen"), None)
+    if star is not None:   # the speedup chart needs a device profile
+        best = next(t for t in speed["data"] if t.get("name") == "best depth per budget")
+        assert "imported" in star["text"][0] and star["y"][0] <= best["y"][best["x"].index(size)] + 1e-9
 
 
 def test_two_clients_at_once_both_finish(served):
@@ -346,6 +370,19 @@ def test_generate_and_start_race_refused_while_a_run_goes_name_the_tab_to_stop_i
             sess.refuse_if_running()
         sess.job.stop()
         sess.refuse_if_running()
+
+
+def test_only_the_newest_plan_or_planner_redraw_asked_for_is_shown():
+    """Plans (and Planner redraws) of one page run side by side: one asked for earlier but ending
+    later must not replace the newest; the two kinds keep their own tickets."""
+    from app.state import Session
+    sess = Session()
+    first = sess.plans.ask()
+    view = sess.planner_views.ask()
+    assert not sess.plans.superseded(first) and not sess.planner_views.superseded(view)
+    second = sess.plans.ask()
+    assert sess.plans.superseded(first) and not sess.plans.superseded(second)
+    assert not sess.planner_views.superseded(view)   # a plan asked for is no newer Planner redraw
 
 
 SLOT_OF_JOB = {"generate": "job", "race": "job", "plan": "plan_jobs", "measure acceptance": "aux",

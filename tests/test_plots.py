@@ -231,6 +231,20 @@ def test_speedup_curve_marks_budgets_past_the_profile_as_extrapolated():
     assert len(plots.speedup_figure(choice.grid, (choice.n, choice.d)).data) == 2  # no profile limit: one line
 
 
+def test_an_imported_trees_marks_hold_its_own_values_not_the_best_of_its_shape():
+    from engine.planner import choose_shape
+    from engine.planning import table_for
+    table = table_for([0.6, 0.2, 0.1])
+    choice = choose_shape(table, {1: 0.01, 8: 0.014}, {1: 0.002, 8: 0.003}, 0.001,
+                          budgets=range(1, 9), depths=range(1, 5))
+    star = next(t for t in plots.speedup_figure(choice.grid, (6, 4), imported_speedup=0.5).data if t.name == "chosen")
+    assert list(star.y) == [0.5] and "imported n=6, d=4" in star.text[0]
+    star = next(t for t in plots.speedup_figure(choice.grid, (6, 4)).data if t.name == "chosen")
+    assert star.y[0] > 0.5 and "imported" not in star.text[0]   # a plan's own mark: the grid's value
+    mark = next(t for t in plots.heatmap_figure(table.G, 8, 4, (6, 4), imported_tokens=1.234).data if t.name == "chosen")
+    assert "its own 1.234 tokens/step" in mark.hovertemplate
+
+
 def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     from app import live
     from engine.settings import Settings
