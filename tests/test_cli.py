@@ -111,7 +111,7 @@ def test_tree_file(dirs, tmp_path):
 
 
 BAD = [
-    (["--prompt", "   "], "prompt is empty"),
+    (["--prompt", "   "], "prompt is empty: give --prompt the text"),
     (["--prompt", "x", "--method", "sequoia", "--budget", "0"], "budget"),
     (["--prompt", "x", "--method", "sequoia", "--budget", "100000"], "budget"),
     (["--prompt", "x", "--temperature", "nan"], "temperature"),

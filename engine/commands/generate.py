@@ -127,7 +127,7 @@ def run(args) -> int:
     # what needs no models is refused before the pair's half a minute of loading
     spec = spec_from_args(args)
     if prompt_is_blank(args.prompt):
-        raise UserError("the prompt is empty")
+        raise UserError("the prompt is empty: give --prompt the text to continue")
     pair = pair_from_args(args)
     prompt_ids = encode_prompt(pair, args.prompt, args.chat)
     method, plan = method_from_args(args, pair, settings, learn=args.learn, prompt_ids=prompt_ids, spec=spec)
