@@ -1,0 +1,173 @@
+"""Is acceptance one level down an accepted path higher than the replay's marginal rate? (issue 15)
+
+    .venv/bin/python bench/path_tilt.py --answers bench/answer-drift-sampled-t07-nf4.json \
+        --out bench/path-tilt-t07.json
+
+The lead this tests (bench/predictions-and-learning.md): at T > 0 a node's first child x ~ q is
+accepted with probability min(1, p(x)/q(x)), so an accepted token is distributed as
+min(p, q) / sum(min(p, q)), not as p: it leans toward tokens both models like. The next level of
+the path is drafted after that token, a context the replay never visits (it measures at the
+target's own samples, distributed as p). If tilted contexts are easier for the draft, deep trees
+gain more than the positional model (independent ranks at the replay's rates) predicts, which is
+what the bench sees at T = 0.7 (n = 16 and n = 32 above prediction in most runs).
+
+For each answer of --answers (prompts and answers sampled from the target at T; the target's
+tokens do not depend on the draft's kernels) and each of its first --positions positions j, with
+the draft on this machine's kernels and both models stepping one token at a time (the int8
+draft's rows are coupled: a one-token forward is what a decoding step's root computes):
+  a_j  = sum(min(p_j, q_j)): P(rank 1 accepted) at j, the replay's own quantity;
+  level 2 tilted:   x ~ min(p_j, q_j) (normalised); c_j = sum(min(p, q)) after x;
+  level 2 untilted: the answer's own token (a draw from p_j); a_{j+1};
+  level 3 tilted:   x2 ~ min(p, q) after x; e_j = sum(min(p, q)) after x, x2;
+  level 3 untilted: a_{j+2}.
+A chain's continuation from level 1 to 2 given level 1 accepted is then sum_j a_j c_j / sum_j a_j
+on policy, against sum_j a_j a_{j+1} / sum_j a_j had the accepted token been a draw from p (the
+same positions and weights: only the tilt differs), and the independent model's plain mean a.
+95 % intervals: 2,000 bootstrap resamples of the answers, per domain.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _step(model, cache, token: int):
+    from engine import attention
+    return attention.forward_causal(model, cache, [token])[-1]
+
+
+def measure_answer(pair, prompt_ids: list[int], answer: list[int], positions: int, temperature: float,
+                   generator) -> dict:
+    """Per position j < positions: a_j, c_j, e_j (module docstring)."""
+    import torch
+
+    from engine import attention, sampling
+    from engine.decoding import fit_vocab
+
+    def chance(p_logits, q_logits):
+        p = sampling.target_distribution(p_logits, temperature)
+        q = sampling.draft_distribution(fit_vocab(q_logits[None], pair.vocab_size, p.device)[0], temperature)
+        both = torch.minimum(p, q)
+        return both, float(both.sum())
+
+    tc, dc = attention.new_cache(pair.target), attention.new_cache(pair.draft)
+    p_row = attention.forward_causal(pair.target, tc, prompt_ids)[-1]
+    q_row = attention.forward_causal(pair.draft, dc, prompt_ids)[-1]
+    a, c, e = [], [], []
+    for j in range(positions + 2):
+        both, a_j = chance(p_row, q_row)
+        a.append(a_j)
+        if j < positions:
+            base = len(prompt_ids) + j
+            x = sampling.sample_token(both / a_j, generator)
+            both2, c_j = chance(_step(pair.target, tc, x), _step(pair.draft, dc, x))
+            x2 = sampling.sample_token(both2 / c_j, generator)
+            _, e_j = chance(_step(pair.target, tc, x2), _step(pair.draft, dc, x2))
+            c.append(c_j)
+            e.append(e_j)
+            attention.commit(tc, base, [])
+            attention.commit(dc, base, [])
+        p_row, q_row = _step(pair.target, tc, answer[j]), _step(pair.draft, dc, answer[j])
+    return {"a": [round(v, 5) for v in a], "c": [round(v, 5) for v in c], "e": [round(v, 5) for v in e]}
+
+
+def measure(answers_path: Path, out: Path, positions: int, limit: int | None) -> None:
+    import torch
+
+    from engine.models import load_pair
+    from engine.profiler import draft_kernels, machine_description
+    src = json.loads(answers_path.read_text())
+    pair = load_pair()
+    generator = torch.Generator().manual_seed(0)
+    rows, started = [], time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    with torch.inference_mode():
+        for i, item in enumerate(src["answers"][:limit]):
+            got = measure_answer(pair, item["prompt_ids"], item["answer_ids"], positions, src["temperature"],
+                                 generator)
+            rows.append({"domain": item["domain"], **got})
+            print(i, item["domain"], f"a {sum(got['a'][:positions]) / positions:.3f} "
+                  f"c {sum(got['c']) / positions:.3f} e {sum(got['e']) / positions:.3f}", flush=True)
+    out.write_text(json.dumps({"answers_from": str(answers_path),
+                               "temperature": src["temperature"], "positions": positions,
+                               "draft_kernels": draft_kernels(pair), "machine": machine_description(),
+                               "measured_at": started, "rows": rows}))
+
+
+def continuations(rows: list[dict]) -> dict:
+    """The chain's continuation rates from the rows (module docstring)."""
+    def ratio(num, den):
+        return sum(num) / sum(den)
+    n = len(rows[0]["c"])
+    a = [r["a"] for r in rows]
+    w1 = [x[j] for x in a for j in range(n)]
+    return {
+        "marginal": sum(w1) / len(w1),
+        "level2_untilted": ratio([x[j] * x[j + 1] for x in a for j in range(n)], w1),
+        "level2_tilted": ratio([r["a"][j] * r["c"][j] for r in rows for j in range(n)], w1),
+        "level3_untilted": ratio([x[j] * x[j + 1] * x[j + 2] for x in a for j in range(n)],
+                                 [x[j] * x[j + 1] for x in a for j in range(n)]),
+        "level3_tilted": ratio([r["a"][j] * r["c"][j] * r["e"][j] for r in rows for j in range(n)],
+                               [r["a"][j] * r["c"][j] for r in rows for j in range(n)]),
+    }
+
+
+def report(obj: dict) -> None:
+    m = obj["machine"]
+    print(f"answers {obj['answers_from']} (T = {obj['temperature']:g}), first {obj['positions']} positions; draft on "
+          f"{obj['draft_kernels']} kernels; {m.get('processor')}; measured {obj['measured_at']} UTC")
+    rng = random.Random(0)
+    for dom in ("code", "prose"):
+        rows = [r for r in obj["rows"] if r["domain"] == dom]
+        got = continuations(rows)
+        boots = [continuations([rng.choice(rows) for _ in rows]) for _ in range(2000)]
+        diff = sorted(b["level2_tilted"] - b["level2_untilted"] for b in boots)
+        diff3 = sorted(b["level3_tilted"] - b["level3_untilted"] for b in boots)
+        print(f"\n{dom}: {len(rows)} answers")
+        for key, value in got.items():
+            vals = sorted(b[key] for b in boots)
+            print(f"  {key:16s} {value:.3f}  (95 % {vals[50]:.3f}-{vals[1949]:.3f})")
+        print(f"  tilt at level 2: {got['level2_tilted'] - got['level2_untilted']:+.3f} "
+              f"(95 % {diff[50]:+.3f} to {diff[1949]:+.3f}); at level 3: "
+              f"{got['level3_tilted'] - got['level3_untilted']:+.3f} (95 % {diff3[50]:+.3f} to {diff3[1949]:+.3f})")
+        for depth in (4, 8, 12):
+            drafts = {kind: chain_tokens(got["marginal"], got[f"level2_{kind}"], got[f"level3_{kind}"], depth)
+                      for kind in ("untilted", "tilted")}
+            independent = chain_tokens(got["marginal"], got["marginal"], got["marginal"], depth)
+            print(f"  chain of {depth}: {drafts['tilted']:.2f} tokens/step with the tilted continuations, "
+                  f"{drafts['untilted']:.2f} had an accepted token been a draw from p "
+                  f"(the tilt's own effect {100 * (drafts['tilted'] / drafts['untilted'] - 1):+.1f} %); "
+                  f"the independent model at the marginal rate {independent:.2f}")
+
+
+def chain_tokens(first: float, second: float, deeper: float, depth: int) -> float:
+    """A chain of `depth` drafted tokens' expected tokens/step when level 1 is accepted at `first`,
+    level 2 given level 1 at `second`, and every deeper level given the one above at `deeper`."""
+    reach, total = 1.0, 1.0
+    for k in range(depth):
+        reach *= first if k == 0 else second if k == 1 else deeper
+        total += reach
+    return total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--answers", type=Path, required=True, help="a bench/answer_drift_sampled.py answers file")
+    ap.add_argument("--out", type=Path, required=True, help="where the measured chances go (read if it exists)")
+    ap.add_argument("--positions", type=int, default=64, help="answer positions per answer (the bench's runs: 64)")
+    ap.add_argument("--limit", type=int, help="the first N answers only (a smoke run)")
+    args = ap.parse_args()
+    if not args.out.exists():
+        measure(args.answers, args.out, args.positions, args.limit)
+    report(json.loads(args.out.read_text()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
