@@ -428,9 +428,13 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
         y = imported_speedup if imported_speedup is not None else (
             grid.speedup[i][j] if i is not None and j is not None else None)
         if y is not None:
-            fig.add_trace(go.Scatter(x=[n], y=[y], mode="markers+text", name="chosen",
-                                     text=[f" {'imported ' if imported_speedup is not None else ''}n={n}, d={d}"],
-                                     textposition="top center",
+            imported = imported_speedup is not None
+            # a plan's star sits on the curve: its label above it. An imported tree's sits at or below
+            # the curve: its longer label below, toward the side with room (centred, it ran off the axis)
+            side = "right" if n <= (budgets[0] + budgets[-1]) / 2 else "left"
+            fig.add_trace(go.Scatter(x=[n], y=[y], mode="markers+text", name="imported tree" if imported else "chosen",
+                                     text=[f"imported n={n}, d={d}" if imported else f" n={n}, d={d}"],
+                                     textposition=f"bottom {side}" if imported else "top center",
                                      marker=dict(size=13, color="#f43f5e", symbol="star")))
     fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))
     fig.update_xaxes(title_text="tree budget n", gridcolor=GRID)

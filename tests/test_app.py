@@ -185,7 +185,7 @@ def _the_planner_marks_the_imported_tree_at_its_own_value(served, client, size, 
     assert (mark["x"], mark["y"]) == ([size], [depth]) and "imported tree" in mark["hovertemplate"], mark
     own = float(mark["hovertemplate"].split("its own ")[1].split(" ")[0])
     assert 1 < own <= heat["data"][0]["z"][depth - 1][size - 1] + 1e-3   # no better than the best of its shape
-    star = next((t for t in speed["data"] if t.get("name") == "chosen"), None)
+    star = next((t for t in speed["data"] if t.get("name") == "imported tree"), None)
     if star is not None:   # the speedup chart needs a device profile
         best = next(t for t in speed["data"] if t.get("name") == "best depth per budget")
         assert "imported" in star["text"][0] and star["y"][0] <= best["y"][best["x"].index(size)] + 1e-9
