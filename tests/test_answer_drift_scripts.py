@@ -364,3 +364,14 @@ def test_prediction_ranges_widen_with_an_interval_over_prompts(tmp_path, capsys)
     assert ranges.main([str(tmp_path / "report.json")] * 2 + ["--vectors", str(tmp_path)]) == 0
     assert ("T=0: 2 lanes; within ±10 % of the prediction 0; inside the range over positions 0, over prompts 2, "
             "for these prompts 2" in capsys.readouterr().out)
+
+
+def test_the_opening_rate_what_if_scales_rank_one_misses_and_keeps_the_other_ranks_shares():
+    whatif = _script("opening_rate_whatif")
+    p = [0.8, 0.1, 0.05]
+    got = whatif.with_opening_rate(p, 1.5)
+    assert got[0] == pytest.approx(0.7) and got[1] / got[2] == pytest.approx(2.0)
+    assert got[1] == pytest.approx(0.15)   # rank 2 keeps half of the misses, as before
+    assert whatif.with_opening_rate(p, 1.0) == pytest.approx(p)
+    assert whatif.opening_ratio("fast", "code", 64) > 1 > whatif.opening_ratio("fast", "prose", 64)
+    assert whatif.opening_ratio("fast", "code", 96) == 1.0   # a run past the opening: the vector's span
