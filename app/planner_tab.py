@@ -178,9 +178,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                                 f"{result.backing_positions} positions** ({render.backing_detail(result)})")
         if planned is not None:
             table = table_for(planned, ctx.max_budget, ctx.max_depth)
-            own = result.tree.expected_tokens(planned) if spec.kind == "tree" and result is not None else None
             out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, _mark(result, spec),
-                                             imported_tokens=own)
+                                             imported_tokens=result.expected_tokens if spec.kind == "tree" else None)
         else:
             out[heat] = plots.empty_figure("G(n, d) needs an acceptance vector", 300)
         # ---- device profile and predicted speedup
@@ -202,10 +201,10 @@ def build(ctx: AppContext, live: dict) -> dict:
             used = result.profile if result is not None and result.profile is not None else prof
             choice = planning.hardware_aware(planned, used, ctx.max_budget, ctx.max_depth,
                                              not settings.greedy)
-            own = (planning.predict(result.tree, planned, used, not settings.greedy).speedup
-                   if spec.kind == "tree" and result is not None else None)
+            imported = spec.kind == "tree" and result is not None
             out[speed] = plots.speedup_figure(choice.grid, _mark(result, spec), measured_up_to=max(used.target_seconds),
-                                              imported_speedup=own)
+                                              imported_speedup=result.predicted_speedup if imported else None,
+                                              imported=imported)
         else:
             out[speed] = plots.empty_figure("Predicted speedup needs an acceptance vector and a device profile", 280)
         # ---- chosen tree and export

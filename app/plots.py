@@ -396,12 +396,13 @@ def profile_figure(profile, height: int = 280, observed: dict | None = None) -> 
 
 
 def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280,
-                   measured_up_to: int | None = None, imported_speedup: float | None = None) -> go.Figure:
+                   measured_up_to: int | None = None, imported_speedup: float | None = None,
+                   imported: bool = False) -> go.Figure:
     """Predicted speedup over autoregressive vs budget (best depth for each budget).
     measured_up_to: the largest tree the device profile timed; budgets past it rest on the cost
-    curve's extrapolation (engine/planner.py CostCurve) and are drawn dashed. `imported_speedup`:
-    the mark is an imported tree, drawn at its own predicted speedup (the grid holds the best tree
-    of its size and depth)."""
+    curve's extrapolation (engine/planner.py CostCurve) and are drawn dashed. `imported`: the mark
+    is an imported tree, drawn at its own predicted speedup `imported_speedup` (none without one:
+    the grid holds the DP's tree of that size and depth, not the imported one)."""
     budgets = list(grid.budgets)
     best, best_d = [], []
     for i in range(len(budgets)):
@@ -425,12 +426,10 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
         n, d = chosen
         i = budgets.index(n) if n in budgets else None
         j = list(grid.depths).index(d) if d in grid.depths else None
-        y = imported_speedup if imported_speedup is not None else (
-            grid.speedup[i][j] if i is not None and j is not None else None)
+        y = imported_speedup if imported else (grid.speedup[i][j] if i is not None and j is not None else None)
         if y is not None:
-            imported = imported_speedup is not None
-            # a plan's star sits on the curve: its label above it. An imported tree's sits at or below
-            # the curve: its longer label below, toward the side with room (centred, it ran off the axis)
+            # a plan's star sits on the curve: its label above it. An imported tree's sits off it, mostly
+            # below: its longer label below, toward the side with room (centred, it ran off the axis)
             side = "right" if n <= (budgets[0] + budgets[-1]) / 2 else "left"
             fig.add_trace(go.Scatter(x=[n], y=[y], mode="markers+text", name="imported tree" if imported else "chosen",
                                      text=[f"imported n={n}, d={d}" if imported else f" n={n}, d={d}"],

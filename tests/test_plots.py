@@ -237,11 +237,13 @@ def test_an_imported_trees_marks_hold_its_own_values_not_the_best_of_its_shape()
     table = table_for([0.6, 0.2, 0.1])
     choice = choose_shape(table, {1: 0.01, 8: 0.014}, {1: 0.002, 8: 0.003}, 0.001,
                           budgets=range(1, 9), depths=range(1, 5))
-    star = next(t for t in plots.speedup_figure(choice.grid, (6, 4), imported_speedup=0.5).data
+    star = next(t for t in plots.speedup_figure(choice.grid, (6, 4), imported_speedup=0.5, imported=True).data
                 if t.name == "imported tree")
     assert list(star.y) == [0.5] and "imported n=6, d=4" in star.text[0]
+    # an imported tree without a predicted speedup gets no star (not the grid's, another tree's)
+    assert [t.name for t in plots.speedup_figure(choice.grid, (6, 4), imported=True).data] == ["best depth per budget"]
     star = next(t for t in plots.speedup_figure(choice.grid, (6, 4)).data if t.name == "chosen")
-    assert star.y[0] > 0.5 and "imported" not in star.text[0]   # a plan's own mark: the grid's value
+    assert star.y[0] == choice.grid.speedup[5][3] and "imported" not in star.text[0]   # a plan's own: the grid's
     mark = next(t for t in plots.heatmap_figure(table.G, 8, 4, (6, 4), imported_tokens=1.234).data if t.name == "chosen")
     assert "its own 1.234 tokens/step" in mark.hovertemplate
 
