@@ -8,7 +8,9 @@ Sequoia lanes of recorded `python -m engine bench --json` reports as if each run
 its rank-1 miss scaled by that opening / first-128 ratio (the other ranks keep their share of the
 misses), at both temperatures as a horizon-aware start would, and counts the lanes within ±10 %.
 Each run's recorded prediction is scaled by the correction's relative effect on its tree under
-the domain's vector (a vector file re-measured since the report does not enter). No model runs.
+the domain's vector: the one the report names for the prompt, else the shipped one for the
+report's draft kernels and temperature (older reports name only the pooled vector; its rank-1
+miss differs from a domain's, and so would the correction's effect). No model runs.
 
     python bench/opening_rate_whatif.py bench/results-cpu-xeon-int8.json bench/results-heldout-xeon.json ...
 """
@@ -38,6 +40,24 @@ def with_opening_rate(p: list[float], ratio: float) -> list[float]:
     return [1.0 - miss * scale] + [x * scale for x in p[1:]]
 
 
+def shipped_vector(kernels: str, temperature: float, domain: str) -> list[float]:
+    """The shipped vector for these draft kernels, temperature (top-p 1) and prompt domain."""
+    for path in sorted((ROOT / "assets/measured/acceptance").glob("*.json")):
+        v = json.loads(path.read_text())
+        if (v.get("draft_kernels"), v.get("temperature"), v.get("top_p"), v.get("domain")) == (
+                kernels, temperature, 1.0, domain) and not v.get("top_k"):
+            return v["probabilities"]
+    raise LookupError(f"no shipped vector for {kernels} kernels, T={temperature:g}, {domain or 'pooled'}")
+
+
+def domain_vector(report: dict, tkey: str, run: dict, kernels: str) -> list[float]:
+    """The vector the run's prediction came from, or the shipped one of its domain (module docstring)."""
+    info = report["acceptance"][tkey]
+    if (info.get("per_prompt") or {}).get(str(run["prompt"]), {}).get("source"):
+        return depth_survival.domain_vector(report, tkey, run["prompt"])
+    return shipped_vector(kernels, float(run["temperature"]), run["acceptance_domain"])
+
+
 def opening_ratio(kernels: str, domain: str, horizon: int) -> float:
     d = DRIFT[kernels][domain]
     return d["miss_opening"] / d["miss_prior_span"] if horizon <= 64 else 1.0
@@ -61,9 +81,11 @@ def lanes(report: dict) -> list[tuple[float, str, float, float]]:
         now = _pooled_per_step(runs, [r["predicted_tokens_per_step"] for r in runs])
         scaled = []
         for r in runs:
-            p, domain = depth_survival.domain_vector(report, tkey, r["prompt"]), r.get("acceptance_domain") or ""
-            factor = (tree.expected_tokens(with_opening_rate(p, opening_ratio(kernels, domain, horizon)))
-                      / tree.expected_tokens(p)) if domain else 1.0
+            domain, factor = r.get("acceptance_domain") or "", 1.0
+            if domain:
+                p = domain_vector(report, tkey, r, kernels)
+                factor = (tree.expected_tokens(with_opening_rate(p, opening_ratio(kernels, domain, horizon)))
+                          / tree.expected_tokens(p))
             scaled.append(r["predicted_tokens_per_step"] * factor)
         out.append((row["temperature"], row["label"], observed / now - 1, observed / _pooled_per_step(runs, scaled) - 1))
     return out

@@ -44,15 +44,16 @@ def _step(model, cache, token: int):
 
 
 def measure_answer(pair, prompt_ids: list[int], answer: list[int], positions: int, temperature: float,
-                   generator) -> dict:
-    """Per position j < positions: a_j, c_j, e_j (module docstring)."""
+                   generator, top_p: float = 1.0, top_k: int = 0) -> dict:
+    """Per position j < positions: a_j, c_j, e_j, and a_j up to j = positions + 1 (module docstring).
+    The target's distribution is warped as the answer was sampled (temperature, top-p, top-k)."""
     import torch
 
     from engine import attention, sampling
     from engine.decoding import fit_vocab
 
     def chance(p_logits, q_logits):
-        p = sampling.target_distribution(p_logits, temperature)
+        p = sampling.target_distribution(p_logits, temperature, top_p, top_k)
         q = sampling.draft_distribution(fit_vocab(q_logits[None], pair.vocab_size, p.device)[0], temperature)
         both = torch.minimum(p, q)
         return both, float(both.sum())
@@ -64,12 +65,17 @@ def measure_answer(pair, prompt_ids: list[int], answer: list[int], positions: in
     for j in range(positions + 2):
         both, a_j = chance(p_row, q_row)
         a.append(a_j)
+        if j == positions + 1:   # the untilted level 3 of the last position: nothing more to step
+            break
         if j < positions:
             base = len(prompt_ids) + j
-            x = sampling.sample_token(both / a_j, generator)
-            both2, c_j = chance(_step(pair.target, tc, x), _step(pair.draft, dc, x))
-            x2 = sampling.sample_token(both2 / c_j, generator)
-            _, e_j = chance(_step(pair.target, tc, x2), _step(pair.draft, dc, x2))
+            c_j = e_j = 0.0   # never accepted here (a_j = 0): no tilted token, and a weight of 0
+            if a_j > 0:
+                x = sampling.sample_token(both / a_j, generator)
+                both2, c_j = chance(_step(pair.target, tc, x), _step(pair.draft, dc, x))
+                if c_j > 0:
+                    x2 = sampling.sample_token(both2 / c_j, generator)
+                    _, e_j = chance(_step(pair.target, tc, x2), _step(pair.draft, dc, x2))
             c.append(c_j)
             e.append(e_j)
             attention.commit(tc, base, [])
@@ -84,13 +90,17 @@ def measure(answers_path: Path, out: Path, positions: int, limit: int | None) ->
     from engine.models import load_pair
     from engine.profiler import draft_kernels, machine_description
     src = json.loads(answers_path.read_text())
+    if not src["temperature"] > 0:
+        raise SystemExit("the tilt exists only at T > 0 (at T = 0 an accepted token is the target's own)")
+    if len(src["answers"][0]["answer_ids"]) < positions + 1:
+        raise SystemExit(f"--positions {positions} needs answers of at least {positions + 1} tokens")
     pair = load_pair()
     generator = torch.Generator().manual_seed(0)
     rows, started = [], time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     with torch.inference_mode():
         for i, item in enumerate(src["answers"][:limit]):
             got = measure_answer(pair, item["prompt_ids"], item["answer_ids"], positions, src["temperature"],
-                                 generator)
+                                 generator, src.get("top_p", 1.0), src.get("top_k", 0))
             rows.append({"domain": item["domain"], **got})
             print(i, item["domain"], f"a {sum(got['a'][:positions]) / positions:.3f} "
                   f"c {sum(got['c']) / positions:.3f} e {sum(got['e']) / positions:.3f}", flush=True)
@@ -118,32 +128,50 @@ def continuations(rows: list[dict]) -> dict:
     }
 
 
+BOOTSTRAPS = 2000
+
+
+def interval(values) -> tuple[float, float]:
+    """The central 95 % of bootstrap values."""
+    v = sorted(values)
+    return v[int(0.025 * len(v))], v[int(0.975 * len(v)) - 1]
+
+
+def tilt_effect(got: dict, depth: int) -> float:
+    """A `depth`-token chain's tokens/step with the tilted continuations over those had an accepted
+    token been a draw from p, less 1 (level 1 at the marginal rate in both; levels past 3 at level 3's)."""
+    tilted, untilted = (chain_tokens(got["marginal"], got[f"level2_{k}"], got[f"level3_{k}"], depth)
+                        for k in ("tilted", "untilted"))
+    return tilted / untilted - 1
+
+
 def report(obj: dict) -> None:
     m = obj["machine"]
     print(f"answers {obj['answers_from']} (T = {obj['temperature']:g}), first {obj['positions']} positions; draft on "
-          f"{obj['draft_kernels']} kernels; {m.get('processor')}; measured {obj['measured_at']} UTC")
+          f"{obj['draft_kernels']} kernels; {m.get('processor')}; measured {obj['measured_at']} UTC; "
+          f"95 % intervals over {BOOTSTRAPS} bootstrap resamples of the answers")
     rng = random.Random(0)
     for dom in ("code", "prose"):
         rows = [r for r in obj["rows"] if r["domain"] == dom]
         got = continuations(rows)
-        boots = [continuations([rng.choice(rows) for _ in rows]) for _ in range(2000)]
-        diff = sorted(b["level2_tilted"] - b["level2_untilted"] for b in boots)
-        diff3 = sorted(b["level3_tilted"] - b["level3_untilted"] for b in boots)
+        boots = [continuations([rng.choice(rows) for _ in rows]) for _ in range(BOOTSTRAPS)]
         print(f"\n{dom}: {len(rows)} answers")
         for key, value in got.items():
-            vals = sorted(b[key] for b in boots)
-            print(f"  {key:16s} {value:.3f}  (95 % {vals[50]:.3f}-{vals[1949]:.3f})")
-        print(f"  tilt at level 2: {got['level2_tilted'] - got['level2_untilted']:+.3f} "
-              f"(95 % {diff[50]:+.3f} to {diff[1949]:+.3f}); at level 3: "
-              f"{got['level3_tilted'] - got['level3_untilted']:+.3f} (95 % {diff3[50]:+.3f} to {diff3[1949]:+.3f})")
+            lo, hi = interval(b[key] for b in boots)
+            print(f"  {key:16s} {value:.3f}  (95 % {lo:.3f}-{hi:.3f})")
+        for level in (2, 3):
+            tilt = got[f"level{level}_tilted"] - got[f"level{level}_untilted"]
+            lo, hi = interval(b[f"level{level}_tilted"] - b[f"level{level}_untilted"] for b in boots)
+            print(f"  tilt at level {level}: {tilt:+.3f} (95 % {lo:+.3f} to {hi:+.3f})")
         for depth in (4, 8, 12):
-            drafts = {kind: chain_tokens(got["marginal"], got[f"level2_{kind}"], got[f"level3_{kind}"], depth)
-                      for kind in ("untilted", "tilted")}
+            lo, hi = interval(tilt_effect(b, depth) for b in boots)
             independent = chain_tokens(got["marginal"], got["marginal"], got["marginal"], depth)
-            print(f"  chain of {depth}: {drafts['tilted']:.2f} tokens/step with the tilted continuations, "
-                  f"{drafts['untilted']:.2f} had an accepted token been a draw from p "
-                  f"(the tilt's own effect {100 * (drafts['tilted'] / drafts['untilted'] - 1):+.1f} %); "
-                  f"the independent model at the marginal rate {independent:.2f}")
+            print(f"  chain of {depth}: {chain_tokens(got['marginal'], got['level2_tilted'], got['level3_tilted'], depth):.2f}"
+                  f" tokens/step with the tilted continuations, "
+                  f"{chain_tokens(got['marginal'], got['level2_untilted'], got['level3_untilted'], depth):.2f} had an "
+                  f"accepted token been a draw from p: the tilt's own effect {100 * tilt_effect(got, depth):+.1f} % "
+                  f"(95 % {100 * lo:+.1f} to {100 * hi:+.1f} %); the independent model at the marginal rate "
+                  f"{independent:.2f}")
 
 
 def chain_tokens(first: float, second: float, deeper: float, depth: int) -> float:

@@ -47,6 +47,8 @@ def test_each_chance_is_the_one_after_its_own_context(monkeypatch):
             assert got["a"][j] == pytest.approx(_chance(pair, context, temperature), abs=2e-5)
             assert got["c"][j] == pytest.approx(_chance(pair, context + [x], temperature), abs=2e-5)
             assert got["e"][j] == pytest.approx(_chance(pair, context + [x, x2], temperature), abs=2e-5)
+        for j in (positions, positions + 1):   # the untilted arms' a_{j+1} and a_{j+2} of the last positions
+            assert got["a"][j] == pytest.approx(_chance(pair, prompt + answer[:j], temperature), abs=2e-5)
     assert any(x != answer[j] for j, x in enumerate(drawn[::2]))   # some side branches left the answer
 
 
@@ -60,5 +62,10 @@ def test_the_continuations_weigh_each_position_by_its_chance_of_acceptance():
     assert got["level2_untilted"] == pytest.approx((0.5 * 1 + 1 * 1 + 1 * 0 + 0 * 1) / 2.5)
     assert got["level2_tilted"] == pytest.approx((0.5 * 0.8 + 1 * 0.6 + 1 * 0.4 + 0 * 1) / 2.5)
     assert got["level3_tilted"] == pytest.approx((0.4 * 1 + 0.6 * 0.5 + 0.4 * 0.5) / (0.4 + 0.6 + 0.4))
+    # level 3 untilted: sum a_j a_{j+1} a_{j+2} / sum a_j a_{j+1}; only row 1 reaches level 2
+    assert got["level3_untilted"] == pytest.approx((0.5 * 1 * 1 + 1 * 1 * 1) / (0.5 + 1))
     assert path_tilt.chain_tokens(0.5, 0.5, 0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
     assert path_tilt.chain_tokens(0.5, 1.0, 0.0, 3) == pytest.approx(1 + 0.5 + 0.5)
+    same = {"marginal": 0.8, "level2_tilted": 0.9, "level2_untilted": 0.9, "level3_tilted": 0.7, "level3_untilted": 0.7}
+    assert path_tilt.tilt_effect(same, 12) == pytest.approx(0.0)
+    assert path_tilt.tilt_effect({**same, "level2_tilted": 1.0}, 2) == pytest.approx((1 + 0.8 + 0.8) / (1 + 0.8 + 0.72) - 1)
