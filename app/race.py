@@ -52,8 +52,8 @@ def _lane_html(order, lanes) -> str:
         else:
             body = render.esc(ev.text)
             ending = " · running…" if not ev.done else " · stopped" if ev.finish_reason == "stopped" else " · done"
-            stats = (f"{ev.total_tokens} tokens · {ev.total_steps} steps · {ev.tokens_per_step:.2f} tok/step · "
-                     f"{ev.tokens_per_second:.1f} tok/s" + ending)
+            stats = (f"{plots.plural(ev.total_tokens, 'token')} · {plots.plural(ev.total_steps, 'step')} · "
+                     f"{ev.tokens_per_step:.2f} tok/step · {ev.tokens_per_second:.2f} tok/s" + ending)
         label = render.esc(info.get("label") or lane)
         rows.append(f'<div class="sq-lane"><div class="sq-lane-head"><span class="sq-dot" style="background:{color}">'
                     f'</span><b>{label}</b><span class="sq-lane-stats">{stats}</span></div>'
@@ -117,8 +117,11 @@ def _table(order, lanes, greedy: bool):
             continue
         speedup = _speedup(ev, ar) if ar is not None and ar.done else None
         speed = "—" if speedup is None else f"{speedup:.2f}×"
-        row = [info.get("label") or lane, ev.total_tokens, ev.total_steps, round(ev.tokens_per_step, 2),
-               round(ev.tokens_per_second, 1), speed, round(ev.prefill_seconds, 3)]
+        # as text: the table showed 1.0 as "1", and one decimal made 1.1 and 1.1 tok/s read as 0.94×
+        unstarted = _stopped_before_a_step(ev)
+        row = [info.get("label") or lane, ev.total_tokens, ev.total_steps,
+               "—" if unstarted else f"{ev.tokens_per_step:.2f}", "—" if unstarted else f"{ev.tokens_per_second:.2f}",
+               speed, "—" if unstarted and not ev.prefill_seconds else f"{ev.prefill_seconds:.3f}"]
         if greedy:
             row.append("—" if ar is None or not ar.done else _same_text_cell(ev, ar))
         rows.append(row)
@@ -200,7 +203,7 @@ def build(ctx: AppContext) -> dict:
         try:   # from the first yield: a page that goes away there stops the race too
             yield {status: "… waiting for the model worker…" if job.position else "… planning…",
                    lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy), verdict: "",
-                   chart: plots.race_figure(series)}
+                   chart: plots.race_figure(series), race_json: None}   # not the last race's data
             for item in job.stream():
                 if isinstance(item, Progress):
                     yield {status: progress_text(item)}
@@ -262,7 +265,8 @@ def _summary(order, lanes, greedy: bool) -> dict:
                     "prefill_seconds": ev.prefill_seconds, "finish_reason": ev.finish_reason,
                     "predicted_tokens_per_step": lanes[lane].get("expected"),
                     "speedup": _speedup(ev, ar),
-                    "same_as_autoregressive": _agrees_with_ar(ev, ar) if ar is not None else None})
+                    # the greedy check only: sampled texts differ by design
+                    "same_as_autoregressive": _agrees_with_ar(ev, ar) if greedy and ar is not None else None})
     identical = None
     verdict = ""
     stopped = any(x["finish_reason"] == "stopped" for x in out)

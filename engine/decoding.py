@@ -113,6 +113,9 @@ class Decoder:
             raise UserError(f"the prompt has {len(seq)} tokens but the models' context holds {pair.context_limit}; "
                             "shorten the prompt")
         check_fits(pair, min(len(seq) + s.max_new_tokens, pair.context_limit), self.plan().size)
+        if should_stop():   # stopped before its turn came (a race prefills its lanes one by one): no prefill
+            yield self._final_event({"steps": 0, "seconds": 0.0}, [], "", 0.0, "stopped")
+            return
         t0 = self.now()
         if self.prefilled:
             held = (self.target_cache.get_seq_length(), self.draft_cache.get_seq_length())

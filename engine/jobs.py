@@ -178,7 +178,9 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
         warm = Settings(temperature=settings.temperature, top_p=settings.top_p, top_k=settings.top_k,
                         max_new_tokens=warmup_tokens, seed=settings.seed, ignore_eos=True)
         for lane, result in planned:
-            ctx.progress(None, f"warm-up (untimed): {lane}")
+            if ctx.should_stop():   # a Stop during one lane's warm-up ends them all, not just that one
+                break
+            ctx.progress(None, f"race warm-up (untimed): {lane}")
             for _ in Decoder(pair, result.method, warm).run(ids, should_stop=ctx.should_stop):
                 pass
     # the lanes step in turn, the one furthest behind first (engine/interleave.py): a machine whose

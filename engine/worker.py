@@ -385,7 +385,8 @@ class Worker:
                 ev = item.event if isinstance(item, LaneEvent) else item
                 if hasattr(ev, "step") and hasattr(ev, "total_tokens"):
                     lane = f"{item.lane}: " if isinstance(item, LaneEvent) else ""
-                    self._activity.update(message=f"{job.name} — {lane}step {ev.step}, {ev.total_tokens} tokens",
+                    tokens = f"{ev.total_tokens} token{'' if ev.total_tokens == 1 else 's'}"
+                    self._activity.update(message=f"{job.name} — {lane}step {ev.step}, {tokens}",
                                           fraction=None, step=ev.step)
 
     def _background_waits(self) -> list[tuple[float, Any]]:

@@ -532,7 +532,12 @@ def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     assert "that was compared matches" in summary["verdict"] and summary["verdict"].endswith(
         "Not compared (no tokens before the Stop): SpecInfer 2x4."), summary["verdict"]
     row = _table([ar, chain, spec], three, True)["data"][2]
-    assert row[5] == "—" and row[-1] == "— (stopped before a token)", row
+    assert row[3:7] == ["—", "—", "—", "—"] and row[-1] == "— (stopped before a token)", row
+    # numbers as the lanes show them (the table's 1.0 read "1", and tok/s had one decimal)
+    assert _table([ar, chain, spec], three, True)["data"][0][3:5] == ["1.00", "1.00"]
+    assert "3 tokens · 1 step · 1.00 tok/step · 1.00 tok/s" in _lane_html([ar], stopped)
+    # at T > 0 texts differ by design: no lane is said to differ from autoregressive's
+    assert [x["same_as_autoregressive"] for x in _summary([ar, chain], stopped, greedy=False)["lanes"]] == [None, None]
     assert "stopped before its first step" in _lane_html([ar, chain, spec], three)
     assert "· stopped" in _lane_html([ar], stopped) and "· done" not in _lane_html([ar], stopped)
     wrong = {ar: lane([1, 2, 3], "stopped"), chain: lane([1, 9, 3, 4], "stopped")}

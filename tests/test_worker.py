@@ -416,6 +416,26 @@ def test_race_lanes_step_in_turn_and_match_their_own_runs(worker):
     assert alone[-1].token_ids == summaries["chain"]["token_ids"]
 
 
+def test_a_race_stopped_in_its_warm_up_warms_and_prefills_no_other_lane(worker):
+    """A Stop during the first lane's warm-up ended that warm-up only: the other lanes' warm-ups
+    and then every lane's prefill still ran (58 s on the embedded pair) before the race said stopped."""
+    from engine.jobs import LaneEvent
+    specs = [("autoregressive", MethodSpec("ar")), ("chain", MethodSpec("chain", depth=3)),
+             ("sequoia", MethodSpec("sequoia", budget=6, depth=3))]
+    job = worker.race("hello world", specs, Settings(max_new_tokens=16, ignore_eos=True), warmup_tokens=8,
+                      learn=False)
+    items = []
+    for item in job.stream(timeout=120):
+        items.append(item)
+        if isinstance(item, Progress) and "warm-up" in item.message:
+            job.stop()
+    warmups = [x.message for x in items if isinstance(x, Progress) and "warm-up" in x.message]
+    assert warmups == ["race warm-up (untimed): autoregressive"], warmups
+    finals = [x.event for x in items if isinstance(x, LaneEvent)]
+    assert len(finals) == 3 and all(e.done and e.finish_reason == "stopped" and e.total_steps == 0
+                                    and e.prefill_seconds == 0 for e in finals), finals
+
+
 def test_app_runs_stay_out_of_the_observed_costs_and_cli_runs_record_theirs(worker, capsys, monkeypatch):
     """A Race's lanes and a Live run are slowed (unevenly) by the page drawing them on the same
     cores: their seconds must not bend the cost curve later plans read. The CLI's runs are
