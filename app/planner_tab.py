@@ -222,7 +222,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             choice["stem"] = stem
             out[export] = _export_path(choice)
             out[planner_json] = result.summary()
-            out[info] = render.plan_line(result, sess.running)
+            # "the running job uses it" only for a Live run of this kind (a race keeps its planned trees)
+            out[info] = render.plan_line(result, sess.running and sess.run_info.get("kind") == spec.kind)
             if method_v in ("sequoia", "tree"):   # the header shows the plan the next Live run uses
                 out[header_plan] = out[info]
             else:

@@ -445,14 +445,17 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
 
 
 # ---------------------------------------------------------------- race
-def race_figure(series: dict, colors: dict | None = None, height: int = 300) -> go.Figure:
-    """Tokens generated vs decoding time, one line per method."""
+def race_figure(series: dict, colors: dict | None = None, height: int = 300,
+                labels: dict | None = None) -> go.Figure:
+    """Tokens generated vs decoding time, one line per method, named by `labels` (a lane's planned
+    method, "Sequoia n=8 d=4", as its lane and the table name it) where given."""
     fig = go.Figure()
     for k, (lane, points) in enumerate(series.items()):
         color = (colors or {}).get(lane, LANE_COLORS[k % len(LANE_COLORS)])
+        name = (labels or {}).get(lane) or lane
         fig.add_trace(go.Scatter(x=[0.0] + [t for t, _ in points], y=[0] + [n for _, n in points],
-                                 mode="lines", name=lane, line=dict(color=color, width=2.5, shape="hv"),
-                                 hovertemplate="%{x:.2f} s: %{y} tokens<extra>" + html.escape(lane) + "</extra>"))
+                                 mode="lines", name=name, line=dict(color=color, width=2.5, shape="hv"),
+                                 hovertemplate="%{x:.2f} s: %{y} tokens<extra>" + html.escape(name) + "</extra>"))
     fig.update_xaxes(title_text="decoding time (s, prefill excluded)", rangemode="tozero", gridcolor=GRID)
     fig.update_yaxes(title_text="tokens generated", rangemode="tozero", gridcolor=GRID)
     return _base_layout(fig, height, "Tokens vs time", legend=dict(orientation="h", y=-0.25))

@@ -61,6 +61,11 @@ def _lane_html(order, lanes) -> str:
     return '<div class="sq-lanes">' + "".join(rows) + "</div>"
 
 
+def _chart(series, lanes):
+    """The race chart, its lines named as the lanes name their methods."""
+    return plots.race_figure(series, labels={lane: info.get("label") for lane, info in lanes.items()})
+
+
 def _stopped_before_a_step(ev) -> bool:
     """A lane a Stop ended before it made a step: it has no speed to show or compare."""
     return ev.done and ev.finish_reason == "stopped" and not ev.total_steps
@@ -203,7 +208,7 @@ def build(ctx: AppContext) -> dict:
         try:   # from the first yield: a page that goes away there stops the race too
             yield {status: "… waiting for the model worker…" if job.position else "… planning…",
                    lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy), verdict: "",
-                   chart: plots.race_figure(series), race_json: None}   # not the last race's data
+                   chart: _chart(series, lanes), race_json: None}   # not the last race's data
             for item in job.stream():
                 if isinstance(item, Progress):
                     yield {status: progress_text(item)}
@@ -214,7 +219,7 @@ def build(ctx: AppContext) -> dict:
                     yield {lanes_html: _lane_html(order, lanes), status: "… untimed warm-up…"}
                 elif isinstance(item, Note) and item.kind == "together":
                     yield {status: f"● timing all {len(order)} methods together, one step at a time "
-                                   "(the one furthest behind steps next)"}
+                                   "(the one furthest behind steps next; each reads the prompt before its first)"}
                 elif isinstance(item, LaneEvent):
                     ev = item.event
                     lanes[item.lane]["last"] = ev
@@ -225,7 +230,7 @@ def build(ctx: AppContext) -> dict:
                         out = {lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy)}
                         if now - last_chart >= CHART_INTERVAL or ev.done:
                             last_chart = now
-                            out[chart] = plots.race_figure(series)
+                            out[chart] = _chart(series, lanes)
                         yield out
         except GeneratorExit:   # the page went away: no last line will be shown
             sess.run_ended("race", "")
@@ -242,7 +247,7 @@ def build(ctx: AppContext) -> dict:
         done_all = all(lanes[lane].get("last") is not None and not _partial(lanes[lane]["last"]) for lane in order)
         stopped = job.state == "stopped" or not done_all
         yield {status: sess.run_ended("race", "■ Race stopped." if stopped else "✓ Race finished."),
-               lanes_html: _lane_html(order, lanes), chart: plots.race_figure(series),
+               lanes_html: _lane_html(order, lanes), chart: _chart(series, lanes),
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]

@@ -125,6 +125,9 @@ def test_other_charts_build():
     assert len(plots.profile_figure(prof).data) == 2
     assert len(plots.acceptance_figure([0.6, 0.2], [(3, 5), (1, 2)]).data) == 2
     assert len(plots.race_figure({"a": [(0.1, 2)], "b": [(0.2, 3)]}).data) == 2
+    # lines named as the lanes and the table name their methods, the lane's name where none is planned
+    names = [t.name for t in plots.race_figure({"a": [], "b": []}, labels={"a": "Sequoia n=8 d=4", "b": None}).data]
+    assert names == ["Sequoia n=8 d=4", "b"]
 
 
 def test_a_bonus_after_a_node_with_children_sits_clear_of_the_tree():
