@@ -486,7 +486,7 @@ class Worker:
                 ctx.emit(item)
         else:
             result = out
-        stopped = job._stop.is_set() and (result is None or getattr(result, "finish_reason", None) == "stopped")
+        stopped = job._stop.is_set() and _ended_by_the_stop(result)
         if not stopped and not job.background:
             self.last_error = None   # the header's warning is about the worker now, not for good
         job._finish(STOPPED if stopped else DONE, result=result)   # (after it: a waiter reads the new state)
@@ -529,6 +529,16 @@ def release_device_memory() -> None:
             torch.cuda.empty_cache()
     except Exception:  # noqa: BLE001 - best effort only
         pass
+
+
+def _ended_by_the_stop(result) -> bool:
+    """Whether a job whose Stop was asked for ended because of it: no result, a run whose last event
+    the Stop ended, or a race (its lanes' summaries) with a lane the Stop ended or none at all."""
+    if result is None:
+        return True
+    if isinstance(result, list):
+        return not result or any(isinstance(lane, dict) and lane.get("finish_reason") == "stopped" for lane in result)
+    return getattr(result, "finish_reason", None) == "stopped"
 
 
 __all__ = ["Worker", "Job", "JobContext", "QUEUED", "RUNNING", "DONE", "FAILED", "STOPPED"]

@@ -434,6 +434,7 @@ def test_a_race_stopped_in_its_warm_up_warms_and_prefills_no_other_lane(worker):
     finals = [x.event for x in items if isinstance(x, LaneEvent)]
     assert len(finals) == 3 and all(e.done and e.finish_reason == "stopped" and e.total_steps == 0
                                     and e.prefill_seconds == 0 for e in finals), finals
+    assert job.state == STOPPED   # it read "done": a race's result is its lanes, not one run's last event
 
 
 def test_app_runs_stay_out_of_the_observed_costs_and_cli_runs_record_theirs(worker, capsys, monkeypatch):
