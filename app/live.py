@@ -120,7 +120,7 @@ class Run:
         if not changes or not parents:
             return ""
         last = Tree.from_parents(parents)
-        return (f" (learning changed its tree {changes} time{'' if changes == 1 else 's'}; "
+        return (f" (learning changed its tree {plots.plural(changes, 'time')}; "
                 f"the last one n={last.size} d={last.depth})")
 
     def predicted(self) -> tuple[float | None, str]:
@@ -648,7 +648,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
         head = ("■ Stopped" if ev.finish_reason == "stopped" else "✓ Done ({})".format(
             {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
              "context": "the context is full"}.get(ev.finish_reason, ev.finish_reason)))
-        return (f"{head}: **{ev.total_tokens} tokens in {ev.total_steps} step{'' if ev.total_steps == 1 else 's'}**, "
+        return (f"{head}: **{ev.total_tokens} tokens in {plots.plural(ev.total_steps, 'step')}**, "
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
                 f"{run.replanned_words()}."
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
