@@ -19,6 +19,7 @@ from engine.tree import Tree, TreeError
 from engine.jobs import Note, Progress
 from engine.planning import NeedsMeasurement
 from engine.settings import MAX_NEW_TOKENS
+from engine.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class Run:
         if not changes or not parents:
             return ""
         last = Tree.from_parents(parents)
-        return (f" (learning changed its tree {plots.plural(changes, 'time')}; "
+        return (f" (learning changed its tree {plural(changes, 'time')}; "
                 f"the last one n={last.size} d={last.depth})")
 
     def predicted(self) -> tuple[float | None, str]:
@@ -415,7 +416,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         last_fig = last_acc = last_text = 0.0
         ahead = job.position
         try:   # from the first yield: a page that goes away there stops the run too
-            yield {status: f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…"
+            yield {status: f"… waiting for the model worker ({plural(ahead, 'job')} ahead)…"
                    if ahead else "… starting…", replay: gr.update(interactive=False),
                    text: render.text_html([], placeholder="…")}
             for item in job.stream():
@@ -648,7 +649,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
         head = ("■ Stopped" if ev.finish_reason == "stopped" else "✓ Done ({})".format(
             {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
              "context": "the context is full"}.get(ev.finish_reason, ev.finish_reason)))
-        return (f"{head}: **{ev.total_tokens} tokens in {plots.plural(ev.total_steps, 'step')}**, "
+        return (f"{head}: **{ev.total_tokens} tokens in {plural(ev.total_steps, 'step')}**, "
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
                 f"{run.replanned_words()}."
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))

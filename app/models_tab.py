@@ -17,6 +17,7 @@ from engine.check import CheckConfig
 from engine.errors import UserError
 from engine.models import parse_max_memory
 from engine.paths import cache_dir
+from engine.wording import plural
 from engine.jobs import Progress
 
 DEVICES = ["auto", "cpu", "cuda", "mps"]
@@ -47,7 +48,7 @@ def check_config(mode: str) -> CheckConfig:
 
 # ---------------------------------------------------------------- rendering
 def _placement_text(where: dict | None) -> str:
-    return " · ".join(f"{render.esc(str(dev))}: {n} module{'s' if n != 1 else ''}"
+    return " · ".join(f"{render.esc(str(dev))}: {plural(n, 'module')}"
                       for dev, n in sorted(where.items(), key=lambda kv: str(kv[0])))
 
 
@@ -346,7 +347,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         except UserError as exc:
             raise page_error(str(exc)) from None
         ahead = job.position
-        waiting = (f"… waiting for the model worker ({ahead} job{'s' if ahead != 1 else ''} ahead)…" if ahead
+        waiting = (f"… waiting for the model worker ({plural(ahead, 'job')} ahead)…" if ahead
                    else "… timing one step of each method to estimate the duration…")
         yield {check_status: waiting, verdict: verdict_html(None, "checking…"), summary: "", report_text: "",
                report_json: None}

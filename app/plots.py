@@ -12,6 +12,7 @@ import networkx as nx
 import plotly.graph_objects as go
 
 from engine import learning
+from engine.wording import plural
 
 STATUS_COLORS = {
     "root": "#64748b",       # slate: the last committed token
@@ -35,10 +36,6 @@ GRID = "rgba(148,163,184,0.25)"
 LANE_COLORS = ["#64748b", "#0ea5e9", "#a855f7", "#16a34a", "#d97706", "#db2777", "#0891b2", "#65a30d"]
 UIREVISION = "sequoia-live"
 MAX_LABEL = 10
-
-
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 # ---------------------------------------------------------------- layout
@@ -231,7 +228,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
         accepted = len(path) - 1
         new = len(event.new_token_ids)
         cut = " (cut at max new tokens)" if new < accepted + (bonus is not None) and not event.finish_reason == "eos" else ""
-        title = (f"Step {event.step}: {accepted} drafted token{'s' if accepted != 1 else ''} accepted"
+        title = (f"Step {event.step}: {plural(accepted, 'drafted token')} accepted"
                  f"{' + 1 bonus' if bonus is not None else ''} → {new} new{cut} · "
                  f"tree of {plural(len(parents), 'node')}, {plural(int(depth_max) + 1, 'level')}")
     return _figure(traces, _layout(height, title, showlegend=False, xaxis=_hidden_axis((-0.3, right + 0.95)),

@@ -15,6 +15,7 @@ from engine.models import prompt_is_blank
 from engine.settings import MAX_NEW_TOKENS
 from engine.tree import TreeError
 from engine.jobs import LaneEvent, Note, Progress
+from engine.wording import plural
 
 # at most 2 page updates per second while racing, and the chart at most every CHART_INTERVAL s: each
 # update is drawn in the browser, and on a small CPU that drawing competes with the very decoding
@@ -52,7 +53,7 @@ def _lane_html(order, lanes) -> str:
         else:
             body = render.esc(ev.text)
             ending = " · running…" if not ev.done else " · stopped" if ev.finish_reason == "stopped" else " · done"
-            stats = (f"{plots.plural(ev.total_tokens, 'token')} · {plots.plural(ev.total_steps, 'step')} · "
+            stats = (f"{plural(ev.total_tokens, 'token')} · {plural(ev.total_steps, 'step')} · "
                      f"{ev.tokens_per_step:.2f} tok/step · {ev.tokens_per_second:.2f} tok/s" + ending)
         label = render.esc(info.get("label") or lane)
         rows.append(f'<div class="sq-lane"><div class="sq-lane-head"><span class="sq-dot" style="background:{color}">'

@@ -7,9 +7,10 @@ import os
 import re
 from pathlib import Path
 
-from app.plots import PLANNED, STATUS_COLORS, plural
+from app.plots import PLANNED, STATUS_COLORS
 from engine import prompt_memory
 from engine.learning import PRIOR_WEIGHT
+from engine.wording import plural
 
 STEP_CLASSES = 2  # alternating step shades
 
@@ -79,7 +80,7 @@ def step_span(ev, current: bool = False) -> str:
     tail = bonus_part(ev)
     head = ev.new_text[: len(ev.new_text) - len(tail)] if tail else ev.new_text
     accepted = len(ev.accepted_path) - 1
-    tip = (f"step {ev.step}: {accepted} drafted token{'s' if accepted != 1 else ''} accepted"
+    tip = (f"step {ev.step}: {plural(accepted, 'drafted token')} accepted"
            f"{' + 1 bonus token' if tail else ''} ({len(ev.new_token_ids)} new)")
     cls = f"sq-step sq-s{ev.step % STEP_CLASSES}" + (" sq-current" if current else "")
     inner = esc(head) + (f'<span class="sq-bonus">{esc(tail)}</span>' if tail else "")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from engine import learning   # circular (learning's Learner uses this module): used at call time only
 from engine.paths import cache_dir, locked, write_atomic
+from engine.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Remembered:
 def described(positions: int, runs: int, carried_from: str = "", wrap: str = " ") -> str:
     """The words every view uses for what a plan or posterior counts from this memory (`wrap`
     goes before "of this prompt": a chart legend breaks the line there)."""
-    return (f"{positions} positions remembered from {runs} earlier run{'' if runs == 1 else 's'}{wrap}of this "
+    return (f"{positions} positions remembered from {plural(runs, 'earlier run')}{wrap}of this "
             "prompt" + (f" at {carried_from} (rescaled)" if carried_from else ""))
 
 

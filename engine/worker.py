@@ -40,6 +40,7 @@ from engine.jobs import LaneEvent, Progress
 from engine.planning import PROFILE_BUDGET, MethodSpec, PlanResult, build_plan
 from engine.settings import Settings
 from engine.tree import Tree, TreeError
+from engine.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +386,7 @@ class Worker:
                 ev = item.event if isinstance(item, LaneEvent) else item
                 if hasattr(ev, "step") and hasattr(ev, "total_tokens"):
                     lane = f"{item.lane}: " if isinstance(item, LaneEvent) else ""
-                    tokens = f"{ev.total_tokens} token{'' if ev.total_tokens == 1 else 's'}"
+                    tokens = plural(ev.total_tokens, 'token')
                     self._activity.update(message=f"{job.name} — {lane}step {ev.step}, {tokens}",
                                           fraction=None, step=ev.step)
 
