@@ -393,9 +393,11 @@ def learner_for(pair, result: "PlanResult", settings: Settings, opening: int | N
     return learner
 
 
-def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | None, prompt_ids, memory):
+def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | None, prompt_ids, memory,
+             own_read: bool = False):
     """A Learner starting from `vec` (the measured vector pooled with the stored evidence; `base`
-    before pooling) for a prompt of `domain`."""
+    before pooling) for a prompt of `domain`. `own_read`: the caller found no memory of this prompt
+    at these settings already (_own_memory), so only memory carried from others is looked for."""
     start = list(vec.probabilities) if vec is not None else [0.0] * 16
     base = base if base is not None else vec
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
@@ -408,7 +410,7 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
     digest = prompt_memory.digest(prompt_ids) if prompt_ids is not None and memory is None else None
     if digest is not None:   # runs at these settings, else runs at the nearest others, rescaled
         try:
-            memory = (prompt_memory.recall(key, digest)
+            memory = ((None if own_read else prompt_memory.recall(key, digest))
                       or prompt_memory.carried(key, digest, meta, 1.0 - base[0] if base else None))
         except Exception:  # noqa: BLE001 - a prompt's memory must not cost the plan or the run
             log.exception("could not read this prompt's memory; planning without it")
@@ -441,13 +443,15 @@ def _less_this_prompt(pair, stored, memory, domain: str, settings: Settings):
     return stored.less(replace(mine, runs=memory.runs))
 
 
-def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids, memory=None) -> dict | None:
+def _remembered(pair, vec, base, domain: str, settings: Settings, prompt_ids, memory=None,
+                own_read: bool = False) -> dict | None:
     """What earlier runs of this prompt give the plan (engine/prompt_memory.py): the posterior the
     run's learning would start planning from, with the runs and positions behind it (and the
     settings it was carried from, for a code prompt run before only at others); None for a prompt
     with no memory the run would count. `memory`: the prompt's memory at these settings when the
-    caller has read it already (else it is read here, or carried from others)."""
-    learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, memory)
+    caller has read it already (else it is read here, or carried from others; `own_read`: the caller
+    read it and found none)."""
+    learner = _learner(pair, vec, base, domain, settings, None, prompt_ids, memory, own_read)
     if learner.memory is None or learner.remembered.nodes <= 0:   # none, or none of the part a start counts
         return None
     return {"runs": learner.memory.runs, "positions": int(learner.remembered.nodes), "posterior": learner.posterior,
@@ -536,14 +540,14 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
     vec, exact, note, domain = _acceptance(pair, spec, settings, sampler, measure, allow_nearest, progress,
                                            should_stop, prompts, tokens_per_prompt, interpolate_first=learn,
                                            prompt=prompt)
-    base, learned, memory = vec, None, None
+    base, learned, memory, own_read = vec, None, None, False
     counts_memory = (learn and prompt_ids is not None
                      and (method is None or (method.uses_draft and learns_from(method, settings))))
     if learn and vec is not None:
         key = learning_key(pair, settings, domain=domain)
         stored = learning.load(key)
         if counts_memory:   # read once: the store is counted without it, and the plan pools it
-            memory = _own_memory(key, prompt_ids)
+            memory, own_read = _own_memory(key, prompt_ids), True
             stored = _less_this_prompt(pair, stored, memory, domain, settings)
         learned = {"key": key, "positions": int(stored.nodes), "runs": stored.runs,
                    "store": str(learning.learned_path(key))}  # not "path": gradio_client would fetch it as a file
@@ -552,7 +556,7 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
             note += f"; pooled with {int(stored.nodes)} positions learned over {stored.runs} runs"
     remembered = None   # a prompt run before: the DP plans from, and every method predicts by, its posterior
     if counts_memory and vec is not None:
-        remembered = _remembered(pair, vec, base, domain, settings, prompt_ids, memory)
+        remembered = _remembered(pair, vec, base, domain, settings, prompt_ids, memory, own_read)
     probs = remembered["posterior"] if remembered is not None else (vec.probabilities if vec is not None else None)
     prof = corrected_profile(pair, not settings.greedy)
     choice = None

@@ -349,3 +349,24 @@ def test_a_run_at_a_new_temperature_plans_from_the_prompts_runs_at_another(cache
     assert own.remembered["carried_from"] == "" and own.remembered["positions"] == 10
     key7 = planning.learning_key(pair, warm)
     assert prompt_memory.recall(key7, prompt_memory.digest(ids)).runs == 1
+
+
+def test_a_plan_reads_the_prompts_memory_at_its_settings_once(cache, monkeypatch):
+    """build_plan reads the prompt's memory at its settings to count the store without it; finding
+    none, it looks only for memory carried from other settings (it read the same file twice), and
+    still finds that."""
+    monkeypatch.setattr(prompt_memory, "CARRIED_DOMAINS", ("",))   # the tiny pair's vectors are pooled ones
+    pair = _pair_measured_at((0.5, [0.3, 0.1, 0.05, 0.02]), (0.7, [0.2, 0.1, 0.05, 0.02]))
+    spec = planning.MethodSpec("sequoia", 10, 5)
+    ids = encode_prompt(pair, "hello world", False)
+    warm, cool = Settings(temperature=0.7, max_new_tokens=24), Settings(temperature=0.5, max_new_tokens=24)
+    plan = planning.build_plan(pair, spec, warm, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    learner = planning.learner_for(pair, plan, warm, prompt_ids=ids)
+    learner.head = learning.Evidence([200, 40], [190, 6], 200)
+    learner.record()
+    reads = []
+    real_recall = prompt_memory.recall
+    monkeypatch.setattr(prompt_memory, "recall", lambda key, digest: reads.append(key) or real_recall(key, digest))
+    plan = planning.build_plan(pair, spec, cool, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    assert reads == [planning.learning_key(pair, cool)]
+    assert plan.remembered["carried_from"] == "T=0.7"
