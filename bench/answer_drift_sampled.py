@@ -48,14 +48,20 @@ import acceptance_dynamics as dynamics  # noqa: E402
 OPENING = 64
 
 
-def rank1_chance(p_logits, q_logits, temperature: float, top_p: float = 1.0, top_k: int = 0) -> float:
-    """P(the first child drawn from q is accepted) at one position: sum_x min(p(x), q(x)) for the
-    distributions the engine verifies with (p warped as plain sampling warps it, q at T)."""
+def overlap(p_logits, q_logits, temperature: float, top_p: float = 1.0, top_k: int = 0):
+    """min(p, q) over the vocabulary at one position, for the distributions the engine verifies
+    with (p warped as plain sampling warps it, q at T): its sum is P(the first child drawn from q
+    is accepted), and an accepted first child is distributed as it, normalised."""
     import torch
 
     from engine import sampling
-    return float(torch.minimum(sampling.target_distribution(p_logits, temperature, top_p, top_k),
-                               sampling.draft_distribution(q_logits, temperature)).sum())
+    return torch.minimum(sampling.target_distribution(p_logits, temperature, top_p, top_k),
+                         sampling.draft_distribution(q_logits, temperature))
+
+
+def rank1_chance(p_logits, q_logits, temperature: float, top_p: float = 1.0, top_k: int = 0) -> float:
+    """P(the first child drawn from q is accepted) at one position: sum_x min(p(x), q(x))."""
+    return float(overlap(p_logits, q_logits, temperature, top_p, top_k).sum())
 
 
 def measure(path: Path, temperature: float, top_p: float, tokens: int, limit: int | None = None,

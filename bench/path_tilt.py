@@ -36,6 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from answer_drift_sampled import overlap  # noqa: E402  (the replay's P(rank 1) at a position, and what it samples)
 
 
 def _step(model, cache, token: int):
@@ -47,15 +50,12 @@ def measure_answer(pair, prompt_ids: list[int], answer: list[int], positions: in
                    generator, top_p: float = 1.0, top_k: int = 0) -> dict:
     """Per position j < positions: a_j, c_j, e_j, and a_j up to j = positions + 1 (module docstring).
     The target's distribution is warped as the answer was sampled (temperature, top-p, top-k)."""
-    import torch
-
     from engine import attention, sampling
     from engine.decoding import fit_vocab
 
-    def chance(p_logits, q_logits):
-        p = sampling.target_distribution(p_logits, temperature, top_p, top_k)
-        q = sampling.draft_distribution(fit_vocab(q_logits[None], pair.vocab_size, p.device)[0], temperature)
-        both = torch.minimum(p, q)
+    def chance(p_logits, q_logits):   # min(p, q), and its sum: P(rank 1 accepted)
+        both = overlap(p_logits, fit_vocab(q_logits[None], pair.vocab_size, p_logits.device)[0], temperature,
+                       top_p, top_k)
         return both, float(both.sum())
 
     tc, dc = attention.new_cache(pair.target), attention.new_cache(pair.draft)
