@@ -47,20 +47,26 @@ def no_pair_text(worker, while_loading: str) -> str:
     return NO_PAIR
 
 
-def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, **options):
+def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, check=None, **options):
     """Wires `trigger` (a button's .click) to `fn`, a run that waits for the model slot (MODEL),
     behind a check of its fields that waits for nothing (LIGHT): Gradio preprocesses the inputs
     only when an event leaves its queue, so a field out of bounds (every Number and Slider is
-    checked by name there: ui.guard_numbers) or an empty prompt (input number `prompt_at`) was
-    said only once the job ahead had ended (minutes, behind a race). The check says it at once
-    and `fn` starts only if it passed. A script calling `api_name` is checked as before, when its
-    event starts. Returns `fn`'s event."""
+    checked by name there: ui.guard_numbers), an empty prompt (input number `prompt_at`) or what
+    `check(*values)` refuses (UserError, TreeError: reads only, no model) was said only once the
+    job ahead had ended (minutes, behind a race). The check says it at once and `fn` starts only
+    if it passed. A script calling `api_name` is checked as before, when its event starts.
+    Returns `fn`'s event."""
     def fields_checked(*values):
         if prompt_at is not None and prompt_is_blank(values[prompt_at]):
             raise page_error(EMPTY_PROMPT)
-    check = trigger(fields_checked, inputs, None, api_name=f"{api_name}_fields", show_progress="hidden",
-                    **PAGE_WIRING, **LIGHT)
-    return check.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
+        if check is not None:
+            try:
+                check(*values)
+            except (UserError, TreeError) as exc:
+                raise page_error(str(exc)) from None
+    checked = trigger(fields_checked, inputs, None, api_name=f"{api_name}_fields", show_progress="hidden",
+                      **PAGE_WIRING, **LIGHT)
+    return checked.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
 
 
 def user_message(exc: BaseException) -> str:

@@ -12,6 +12,7 @@ from app.live import (EMPTY_PROMPT, TAKEN_BACK, failure_message, model_run, prog
 from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.models import prompt_is_blank
+from engine.planning import MethodSpec
 from engine.settings import MAX_NEW_TOKENS
 from engine.tree import TreeError
 from engine.jobs import LaneEvent, Note, Progress
@@ -146,7 +147,8 @@ def build(ctx: AppContext) -> dict:
         with gr.Column(scale=2):
             with gr.Row():
                 budget = gr.Slider(1, ctx.max_budget, value=ctx.default_budget, step=1, label="Budget n")
-                depth = gr.Slider(1, ctx.max_depth, value=ctx.default_depth, step=1, label="Depth d")
+                # every lane but autoregressive drafts at least one level below the root
+                depth = gr.Slider(2, ctx.max_depth, value=ctx.default_depth, step=1, label="Depth d")
             with gr.Row():
                 temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
                 top_k = gr.Slider(0, 200, value=0, step=1, label="Top-k (0 = off; applied after temperature, before top-p)")
@@ -180,18 +182,8 @@ def build(ctx: AppContext) -> dict:
         try:
             if prompt_is_blank(prompt_v):
                 raise UserError(EMPTY_PROMPT)
-            if not methods_v:
-                raise UserError("pick at least one method for the race")
-            unknown = [m for m in methods_v if m not in RACE_LABELS]
-            if unknown:
-                raise UserError(f"unknown race method(s) {unknown} (use {', '.join(RACE_LABELS)})")
             settings = settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
-            specs = []
-            for m in [v for _, v in RACE_CHOICES if v in methods_v]:
-                if m == "sequoia-auto":
-                    specs.append((RACE_LABELS[m], spec_from("sequoia", budget_v, depth_v, True)))
-                else:
-                    specs.append((RACE_LABELS[m], spec_from(m, budget_v, depth_v)))
+            specs = race_specs(methods_v, budget_v, depth_v)
             sess.refuse_if_running()
             job = ctx.worker.race(prompt_v, specs, settings)
         except (UserError, TreeError) as exc:
@@ -252,10 +244,27 @@ def build(ctx: AppContext) -> dict:
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
+    def lanes_checked(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v):
+        settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
+        race_specs(methods_v, budget_v, depth_v)
+
     run_event = model_run(start.click, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
-                          prompt_at=0, show_progress="minimal", show_progress_on=[status])
+                          prompt_at=0, check=lanes_checked, show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
+
+
+def race_specs(methods_v, budget_v, depth_v) -> list[tuple[str, MethodSpec]]:
+    """(lane name, spec) per picked method, in the page's order; UserError/TreeError for a pick
+    or a budget and depth that some lane cannot run (said before anything is queued)."""
+    if not methods_v:
+        raise UserError("pick at least one method for the race")
+    unknown = [m for m in methods_v if m not in RACE_LABELS]
+    if unknown:
+        raise UserError(f"unknown race method(s) {unknown} (use {', '.join(RACE_LABELS)})")
+    return [(RACE_LABELS[m], spec_from("sequoia", budget_v, depth_v, True) if m == "sequoia-auto"
+             else spec_from(m, budget_v, depth_v))
+            for m in [v for _, v in RACE_CHOICES if v in methods_v]]
 
 
 def _summary(order, lanes, greedy: bool) -> dict:

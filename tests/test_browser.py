@@ -300,9 +300,9 @@ def test_enter_in_a_slider_box_re_plans(served, page, monkeypatch):
 
 def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, page, monkeypatch):
     """Gradio checks an event's fields only when the event leaves its queue: Start race with a
-    negative seed, or an empty prompt, pressed while the page's Live run held the model said
-    nothing until that run had ended (minutes, on a real pair). A check that waits for nothing
-    now says it at once, and the race is not queued."""
+    negative seed, an empty prompt or no method picked, pressed while the page's Live run held the
+    model said nothing until that run had ended (minutes, on a real pair). A check that waits for
+    nothing now says it at once, and the race is not queued."""
     url, ctx = served
     before = set(ctx.sessions._items)
     start_a_slow_run(page, url, monkeypatch)
@@ -317,6 +317,12 @@ def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, p
     page.locator("#sq-race-prompt textarea").fill("  ")
     page.click("#sq-race-start")
     page.wait_for_function(toast_says, arg="the prompt is empty", timeout=10_000)
+    page.locator("#sq-race-prompt textarea").fill("Once upon a time")
+    boxes = page.locator("#sq-race-methods input[type=checkbox]")
+    for i in range(boxes.count()):
+        boxes.nth(i).uncheck()
+    page.click("#sq-race-start")   # the lanes' own checks wait for nothing either
+    page.wait_for_function(toast_says, arg="pick at least one method for the race", timeout=10_000)
     from app import waiting
     assert not waiting.waiting(ctx.sessions.blocks, sess_key, ctx.run_events["race"])   # not queued
     assert not [s for s in list(ctx.sessions._items.values()) if s.job is not None and s.job.name == "race"]
