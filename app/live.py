@@ -47,14 +47,16 @@ def no_pair_text(worker, while_loading: str) -> str:
     return NO_PAIR
 
 
-def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, check=None, **options):
-    """Wires `trigger` (a button's .click) to `fn`, a run that waits for the model slot (MODEL),
+def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, check=None, **options):
+    """Wires `button`'s click to `fn`, a run that waits for the model slot (MODEL),
     behind a check of its fields that waits for nothing (LIGHT): Gradio preprocesses the inputs
     only when an event leaves its queue, so a field out of bounds (every Number and Slider is
     checked by name there: ui.guard_numbers), an empty prompt (input number `prompt_at`) or what
     `check(*values)` refuses (UserError, TreeError: reads only, no model) was said only once the
     job ahead had ended (minutes, behind a race). The check says it at once and `fn` starts only
     if it passed. A script calling `api_name` is checked as before, when its event starts.
+    The button is greyed from then until the run has ended: a second press meanwhile did
+    nothing and said nothing (Gradio drops a click while its event is pending).
     Returns `fn`'s event."""
     def fields_checked(*values):
         if prompt_at is not None and prompt_is_blank(values[prompt_at]):
@@ -64,9 +66,14 @@ def model_run(trigger, fn, inputs, outputs, api_name: str, prompt_at: int | None
                 check(*values)
             except (UserError, TreeError) as exc:
                 raise page_error(str(exc)) from None
-    checked = trigger(fields_checked, inputs, None, api_name=f"{api_name}_fields", show_progress="hidden",
-                      **PAGE_WIRING, **LIGHT)
-    return checked.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
+        return gr.update(interactive=False)
+    checked = button.click(fields_checked, inputs, button, api_name=f"{api_name}_fields", show_progress="hidden",
+                           **PAGE_WIRING, **LIGHT)
+    run = checked.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
+    # .then: also after a failed, stopped or taken-back run
+    run.then(lambda: gr.update(interactive=True), None, button, api_name=f"{api_name}_ended", show_progress="hidden",
+             **PAGE_WIRING, **LIGHT)
+    return run
 
 
 def user_message(exc: BaseException) -> str:
@@ -509,7 +516,7 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
-    run_event = model_run(go.click, generate, gen_inputs, gen_outputs, "generate", prompt_at=0,
+    run_event = model_run(go, generate, gen_inputs, gen_outputs, "generate", prompt_at=0,
                           show_progress="minimal", show_progress_on=[status])  # the queue position shows on the status line only
     run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
                    **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)

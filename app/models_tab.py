@@ -416,13 +416,13 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
 
     load_inputs = [draft, target, device, dtype, target_map, draft_map, max_memory, offload, kernels, draft_weights]
     # the pair's dict stays the last output (scripts read loaded[-1])
-    load_event = model_run(load.click, load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
+    load_event = model_run(load, load_models, load_inputs, [status, info, memory, verdict, summary, report_text,
                                                                   report_json, check_status, pair_json],
                            "load_models", show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, load_stop, "load", status, api_name="stop_load", runs={"load": load_event},
               stopping=STOPPING_LOAD)   # it takes back a waiting load too
     refresh.click(show_memory, None, [memory, info], api_name="memory", show_progress="hidden", **LIGHT)
-    checked = model_run(check_btn.click, check_pair, [check_mode], [check_status, verdict, summary, report_text,
+    checked = model_run(check_btn, check_pair, [check_mode], [check_status, verdict, summary, report_text,
                                                                       report_json],
                         "check", show_progress="minimal", show_progress_on=[check_status])
     ctx.run_events["models"] = waiting.event_ids({"check": checked})   # its Stop takes back a waiting check

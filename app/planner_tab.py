@@ -304,9 +304,9 @@ def build(ctx: AppContext, live: dict) -> dict:
     refresh_event = dict(show_progress="hidden", **LIGHT)
     tab = live["planner_tab"]
     tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
-    measured = model_run(measure.click, run_measure, settings_inputs, outputs, "measure", show_progress="minimal",
+    measured = model_run(measure, run_measure, settings_inputs, outputs, "measure", show_progress="minimal",
                          show_progress_on=[acc_caption])
-    profiled = model_run(profile.click, run_profile, settings_inputs, outputs, "profile", show_progress="minimal",
+    profiled = model_run(profile, run_profile, settings_inputs, outputs, "profile", show_progress="minimal",
                          show_progress_on=[prof_caption])
     def choose_export_format(fmt_v, request: gr.Request):
         if fmt_v not in tree_export.FORMATS:

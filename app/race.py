@@ -248,7 +248,7 @@ def build(ctx: AppContext) -> dict:
         settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
         race_specs(methods_v, budget_v, depth_v)
 
-    run_event = model_run(start.click, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
+    run_event = model_run(start, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
                           prompt_at=0, check=lanes_checked, show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}

@@ -326,11 +326,15 @@ def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, p
     from app import waiting
     assert not waiting.waiting(ctx.sessions.blocks, sess_key, ctx.run_events["race"])   # not queued
     assert not [s for s in list(ctx.sessions._items.values()) if s.job is not None and s.job.name == "race"]
+    assert page.locator("#sq-race-start").is_enabled()   # refused: nothing pending, press again
     open_tab(page, "Live")
     assert "step " in page.locator("#sq-live-status").inner_text()   # the Live run still goes
+    # a second Generate would be dropped without a word while the run goes: the button is greyed
+    assert not page.locator("#sq-generate").is_enabled()
     page.click("#sq-stop")
     page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
                            timeout=60_000)   # (the toasts above would satisfy run_ends at once)
+    page.wait_for_function("!document.querySelector('#sq-generate').disabled", timeout=10_000)
 
 
 def test_a_race_started_during_the_live_run_is_taken_back_by_the_race_tabs_stop(served, page, monkeypatch):
