@@ -70,10 +70,18 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
     checked = button.click(fields_checked, inputs, button, api_name=f"{api_name}_fields", show_progress="hidden",
                            **PAGE_WIRING, **LIGHT)
     run = checked.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
-    # .then: also after a failed, stopped or taken-back run
-    run.then(lambda: gr.update(interactive=True), None, button, api_name=f"{api_name}_ended", show_progress="hidden",
-             **PAGE_WIRING, **LIGHT)
+    after_run(run, lambda: gr.update(interactive=True), None, button, f"{api_name}_ended", show_progress="hidden",
+              **PAGE_WIRING, **LIGHT)
     return run
+
+
+def after_run(event, fn, inputs, outputs, api_name: str, **options) -> None:
+    """Runs `fn` once `event` has ended, however it ended: finished, stopped, taken back or failed.
+    Gradio 6.31's page runs `.then` listeners only after a success (a failed event, one that
+    raised page_error, dispatches its `.failure` listeners alone; seen in Chromium), so both are
+    wired; one event runs one of them."""
+    event.then(fn, inputs, outputs, api_name=api_name, **options)
+    event.failure(fn, inputs, outputs, api_name=f"{api_name}_after_failure", **options)
 
 
 def user_message(exc: BaseException) -> str:
@@ -518,8 +526,8 @@ def build(ctx: AppContext, header: dict) -> dict:
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
     run_event = model_run(go, generate, gen_inputs, gen_outputs, "generate", prompt_at=0,
                           show_progress="minimal", show_progress_on=[status])  # the queue position shows on the status line only
-    run_event.then(plan_after_run, plan_inputs, plan_outputs, api_name="plan_after_run", show_progress="hidden",
-                   **PAGE_WIRING, **LIGHT)   # (.then: also after a failed or stopped run)
+    after_run(run_event, plan_after_run, plan_inputs, plan_outputs, "plan_after_run", show_progress="hidden",
+              **PAGE_WIRING, **LIGHT)
     wire_stop(ctx, stop, "live", status, api_name="stop", runs={"Live run": run_event})
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",

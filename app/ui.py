@@ -41,8 +41,8 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
         plan_fn, plan_inputs, plan_outputs = live_parts["first_plan"]
         # Live controls changed during a race re-plan the Live plan once it ends, as after a Live run
         after_fn, after_inputs, after_outputs = live_parts["plan_after_run"]
-        race_parts["run_event"].then(after_fn, after_inputs, after_outputs, api_name="plan_after_race",
-                                     show_progress="hidden", concurrency_limit=None, **live.PAGE_WIRING)
+        live.after_run(race_parts["run_event"], after_fn, after_inputs, after_outputs, "plan_after_race",
+                       show_progress="hidden", concurrency_limit=None, **live.PAGE_WIRING)
         pair_info, pair_memory = models_parts["info"], models_parts["memory"]
 
         def pair_now() -> dict:

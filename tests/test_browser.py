@@ -363,3 +363,18 @@ def test_a_race_started_during_the_live_run_is_taken_back_by_the_race_tabs_stop(
         page.screenshot(path=os.environ["SEQUOIA_SCREENSHOT"], full_page=True)
     assert not [s for s in list(ctx.sessions._items.values()) if s.job is not None and s.job.name == "race"]
     assert not page_errors(page), page_errors(page)
+
+
+def test_a_run_that_fails_gives_its_button_back(served, page):
+    """A run's button is greyed while the run goes (live.model_run) and comes back however the run
+    ends. Gradio 6.31's page runs `.then` only after a success, so after a load that failed (a
+    model id that is nowhere) Load pair stayed greyed until the page was reloaded."""
+    url, ctx = served
+    open_page(page, url)
+    open_tab(page, "Models")
+    page.get_by_label("Draft model").first.fill("no/such-model")
+    page.click("#sq-load")
+    page.wait_for_function("[...document.querySelectorAll('[data-testid=\"toast-body\"]')]"
+                           ".some(t => t.innerText.includes('no/such-model'))", timeout=30_000)
+    page.wait_for_function("!document.querySelector('#sq-load').disabled", timeout=10_000)
+    assert ctx.worker.describe()["draft"] != "no/such-model"   # the pair in use stays
