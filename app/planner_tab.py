@@ -204,7 +204,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             imported = spec.kind == "tree" and result is not None
             out[speed] = plots.speedup_figure(choice.grid, _mark(result, spec), measured_up_to=max(used.target_seconds),
                                               imported_speedup=result.predicted_speedup if imported else None,
-                                              imported=imported)
+                                              imported=imported,
+                                              depth_cap=spec.depth if spec.kind in ("sequoia", "sequoia-auto") else None)
         else:
             out[speed] = plots.empty_figure("Predicted speedup needs an acceptance vector and a device profile", 280)
         # ---- chosen tree and export

@@ -392,25 +392,37 @@ def profile_figure(profile, height: int = 280, observed: dict | None = None) -> 
     return _base_layout(fig, height, "Device profile", legend=dict(orientation="h", y=-0.3))
 
 
+def _best_per_budget(grid, max_depth: int | None = None) -> tuple[list, list]:
+    """(the best speedup, its depth) for each of the grid's budgets, over depths <= max_depth."""
+    best, best_d = [], []
+    for row in grid.speedup:
+        cells = [(v, grid.depths[j]) for j, v in enumerate(row)
+                 if v is not None and math.isfinite(v) and (max_depth is None or grid.depths[j] <= max_depth)]
+        v, d = max(cells) if cells else (None, None)
+        best.append(v)
+        best_d.append(d)
+    return best, best_d
+
+
 def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280,
                    measured_up_to: int | None = None, imported_speedup: float | None = None,
-                   imported: bool = False) -> go.Figure:
+                   imported: bool = False, depth_cap: int | None = None) -> go.Figure:
     """Predicted speedup over autoregressive vs budget (best depth for each budget).
     measured_up_to: the largest tree the device profile timed; budgets past it rest on the cost
     curve's extrapolation (engine/planner.py CostCurve) and are drawn dashed. `imported`: the mark
     is an imported tree, drawn at its own predicted speedup `imported_speedup` (none without one:
-    the grid holds the DP's tree of that size and depth, not the imported one)."""
+    the grid holds the DP's tree of that size and depth, not the imported one). `depth_cap`: the
+    plan's Depth d; the curve is the best depth up to it (the plan's choice lies on it), and the
+    best of any depth is drawn faint beside it where deeper trees would do better (the whole curve
+    made a plan capped at d = 4 look as if it had missed a faster tree)."""
     budgets = list(grid.budgets)
-    best, best_d = [], []
-    for i in range(len(budgets)):
-        row = [(v, grid.depths[j]) for j, v in enumerate(grid.speedup[i]) if v is not None and math.isfinite(v)]
-        v, d = max(row) if row else (None, None)
-        best.append(v)
-        best_d.append(d)
+    capped = depth_cap is not None and depth_cap < max(grid.depths)
+    best, best_d = _best_per_budget(grid, depth_cap if capped else None)
+    within = f"best depth ≤ {depth_cap} per budget" if capped else "best depth per budget"
     timed = [i for i, n in enumerate(budgets) if measured_up_to is None or n <= measured_up_to]
     past = [i for i, n in enumerate(budgets) if measured_up_to is not None and n >= measured_up_to]
     fig = go.Figure(go.Scatter(x=[budgets[i] for i in timed], y=[best[i] for i in timed], mode="lines",
-                               name="best depth per budget", line=dict(color=PLANNED, width=2),
+                               name=within, line=dict(color=PLANNED, width=2),
                                customdata=[best_d[i] for i in timed],
                                hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}×<extra></extra>"))
     if len(past) > 1:
@@ -419,6 +431,11 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
                                  line=dict(color=PLANNED, width=1.5, dash="dash"), customdata=[best_d[i] for i in past],
                                  hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}× (t(n) extrapolated past "
                                                f"n={measured_up_to})<extra></extra>"))
+    deeper, deeper_d = _best_per_budget(grid) if capped else ([], [])
+    if capped and any(a is not None and b is not None and a > b + 1e-9 for a, b in zip(deeper, best)):
+        fig.add_trace(go.Scatter(x=budgets, y=deeper, mode="lines", name=f"any depth up to {max(grid.depths)}",
+                                 line=dict(color=PLANNED, width=1, dash="dot"), opacity=0.45, customdata=deeper_d,
+                                 hovertemplate="n=%{x} (best d=%{customdata}, above Depth d): %{y:.2f}×<extra></extra>"))
     if chosen:
         n, d = chosen
         i = budgets.index(n) if n in budgets else None
@@ -434,11 +451,12 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
                                      marker=dict(size=13, color="#f43f5e", symbol="star")))
     fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))
     fig.update_xaxes(title_text="tree budget n", gridcolor=GRID)
-    top = max([v for v in best if v is not None] + [1.0])
+    top = max([v for v in best + deeper if v is not None] + [1.0])
     # headroom above the highest point, so the chosen tree's label is not cut by the plot's edge
     fig.update_yaxes(title_text="predicted speedup ×", range=[0, top * 1.2], gridcolor=GRID)
     return _base_layout(fig, height, "Predicted speedup vs budget (from G and the device profile)",
-                        showlegend=len(past) > 1, legend=dict(orientation="h", y=-0.3))
+                        showlegend=sum(t.mode == "lines" for t in fig.data) > 1,
+                        legend=dict(orientation="h", y=-0.3))
 
 
 # ---------------------------------------------------------------- race

@@ -337,3 +337,26 @@ def test_paths_are_shown_as_a_reader_finds_them(monkeypatch):
                                            "nearest (~/c.json) · /srv/home/u/d.json")
     monkeypatch.setenv("HOME", "/")
     assert render.short_paths_in("see https://x.org and /etc/x.json") == "see https://x.org and /etc/x.json"
+
+
+def test_the_speedup_curve_keeps_to_the_plans_depth_and_shows_deeper_trees_apart():
+    """A plan capped at Depth d = 2 sat below a curve of the best tree of any depth (it looked as
+    if the planner had missed a faster tree): the curve is the best within the cap, the plan's
+    choice on it, and what deeper trees would give is a faint line of its own."""
+    from engine.planner import choose_shape
+    from engine.planning import table_for
+    table = table_for([0.8, 0.1, 0.05])
+    prof = ({1: 0.01, 8: 0.011, 32: 0.014}, {1: 0.001, 8: 0.0011}, 0.0005)
+    capped = choose_shape(table, *prof, budgets=range(1, 17), depths=range(1, 3))
+    grid = choose_shape(table, *prof, budgets=range(1, 17), depths=range(1, 9)).grid
+    fig = plots.speedup_figure(grid, (capped.n, capped.d), depth_cap=2)
+    within = next(t for t in fig.data if t.name == "best depth ≤ 2 per budget")
+    deeper = next(t for t in fig.data if t.name == "any depth up to 8")
+    star = next(t for t in fig.data if t.name == "chosen")
+    assert star.y[0] == pytest.approx(max(v for v in within.y if v is not None))   # the choice is the cap's best
+    assert max(d for d in within.customdata if d is not None) <= 2
+    assert max(v for v in deeper.y if v is not None) > star.y[0] * 1.05   # deeper trees would do better here
+    assert fig.layout.showlegend
+    # no cap below the grid's depth, or deeper trees no better: one line, as before
+    assert [t.name for t in plots.speedup_figure(grid, (capped.n, capped.d), depth_cap=8).data] == [
+        "best depth per budget", "chosen"]
