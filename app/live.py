@@ -446,7 +446,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 elif isinstance(item, Note) and item.kind == "plan":
                     run.plan = item.data
                     sess.plan = item.data
-                    yield {plan_md: render.plan_line(item.data, True), plan_json: item.data.summary(),
+                    yield {plan_md: render.plan_line(item.data, own_run=True), plan_json: item.data.summary(),
                            status: f"● running **{item.data.method.label}**…"}
                 elif isinstance(item, Note) and item.kind == "learning":
                     run.learning = item.data

@@ -184,7 +184,9 @@ def interval_words(vec) -> str:
     return "bars: ±95 % interval over positions (narrower than one over prompts would be)"
 
 
-def plan_line(result, running: bool = False) -> str:
+def plan_line(result, running: bool = False, own_run: bool = False) -> str:
+    """The plan's one line (and its notes). `running`: a re-plan the running job takes from its
+    next step; `own_run`: the plan the running job started from (it re-planned nothing)."""
     if result is None:
         return '<div class="sq-plan">No plan yet.</div>'
     t = result.tree
@@ -215,7 +217,8 @@ def plan_line(result, running: bool = False) -> str:
     if learned is not None and result.acceptance is not None:
         note += (f'<div class="sq-note">plan backed by {result.backing_positions} positions '
                  f'({backing_detail(result)})</div>')
-    tail = ' <span class="sq-note">(the running job uses it from its next step)</span>' if running else ""
+    tail = (' <span class="sq-note">(the running job uses it from its next step)</span>' if running else
+            ' <span class="sq-note">(the running job started from it)</span>' if own_run else "")
     return f'<div class="sq-plan">Plan: {" · ".join(parts)}{tail}{note}</div>'
 
 

@@ -360,3 +360,16 @@ def test_the_speedup_curve_keeps_to_the_plans_depth_and_shows_deeper_trees_apart
     # no cap below the grid's depth, or deeper trees no better: one line, as before
     assert [t.name for t in plots.speedup_figure(grid, (capped.n, capped.d), depth_cap=8).data] == [
         "best depth per budget", "chosen"]
+
+
+def test_a_runs_own_plan_is_not_said_to_be_a_re_plan():
+    """During every run the plan line said "(the running job uses it from its next step)", the
+    words of a re-plan, though nothing had been re-planned."""
+    from app import render
+    from engine import methods
+    from engine.planning import MethodSpec, PlanResult
+    from engine.tree import Tree
+    result = PlanResult(MethodSpec("sequoia", 3, 3), methods.sequoia(Tree([-1, 0, 1])), 2.0, None, "", True)
+    assert "started from it" in render.plan_line(result, own_run=True)
+    assert "next step" not in render.plan_line(result, own_run=True)
+    assert "uses it from its next step" in render.plan_line(result, running=True)
