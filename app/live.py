@@ -452,8 +452,11 @@ def build(ctx: AppContext, header: dict) -> dict:
                     run.learning = item.data
                 elif isinstance(item, StepEvent):
                     run.events.append(item)
-                    line = _run_status(item, run)
-                    out = {step_json: run.data(item), status: sess.run_ended("live", line) if item.done else line}
+                    out = {step_json: run.data(item)}
+                    if item.done:
+                        out[status] = sess.run_ended("live", _run_status(item, run))
+                    elif not job.stop_requested:   # else the Stop's "stopping…" stays until the last line
+                        out[status] = _run_status(item, run)
                     now = time.monotonic()
                     if now - last_text >= TEXT_INTERVAL or item.done:
                         out[text], out[metrics] = run.text(), run.metrics()
@@ -670,7 +673,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
         head = ("■ Stopped" if ev.finish_reason == "stopped" else "✓ Done ({})".format(
             {"eos": "the model ended its answer", "max_new_tokens": "max new tokens reached",
              "context": "the context is full"}.get(ev.finish_reason, ev.finish_reason)))
-        return (f"{head}: **{ev.total_tokens} tokens in {plural(ev.total_steps, 'step')}**, "
+        return (f"{head}: **{plural(ev.total_tokens, 'token')} in {plural(ev.total_steps, 'step')}**, "
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
                 f"{run.replanned_words()}."
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))

@@ -259,6 +259,27 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
     assert not page_errors(page), page_errors(page)
 
 
+def test_the_stops_reply_stays_until_the_runs_last_line(served, page, monkeypatch):
+    """After Stop's "■ stopping after the current step…" the step in flight showed its own line
+    ("● … step 4 · 16 tokens") before "■ Stopped:", as if the Stop had been ignored."""
+    url, ctx = served
+    start_a_slow_run(page, url, monkeypatch)
+    page.evaluate("""() => { window.sqSeen = [];
+        const box = document.querySelector('#sq-live-status');
+        new MutationObserver(() => window.sqSeen.push(box.innerText))
+            .observe(box, {subtree: true, childList: true, characterData: true}); }""")
+    # Stop while the next step waits for its tree (0.2 s), once the last step's line is shown: a
+    # line sent before the Stop may still land after its reply (a race this test does not judge)
+    page.wait_for_function("window.sqSeen.length > 0 && window.sqSeen[window.sqSeen.length - 1].includes('●')")
+    page.wait_for_timeout(50)
+    page.click("#sq-stop")
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
+                           timeout=20_000)
+    seen = [line for line in page.evaluate("window.sqSeen") if line.strip()]
+    after = seen[next(i for i, line in enumerate(seen) if "stopping" in line):]
+    assert not [line for line in after if "●" in line], "\n".join(repr(x) for x in seen)
+
+
 def test_a_stop_reply_landing_after_the_run_ended_leaves_the_runs_summary(served, page, monkeypatch):
     """Stop's reply ("stopping after the current step") and the run's last line are two events'
     outputs. When the run ends before the reply reaches the page (here the reply is held back), the
