@@ -246,7 +246,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                                      elem_id="sq-recommended-status")
     pair_json = gr.JSON(label="Pair (raw)", visible=False)
 
-    with gr.Group(elem_id="sq-check-box"):
+    with gr.Group():
         gr.Markdown("### Check this pair\nDoes speculative decoding on the loaded pair reproduce the target exactly? "
                     "Greedy output must equal the target's own `generate()`; sampled tokens are tested against the "
                     "target's exact distribution (chi-square); tree masks, tokenizer and KV cache are checked. "

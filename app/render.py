@@ -162,11 +162,21 @@ def pair_line(info: dict | None, status: dict) -> str:
     dot = "sq-busy" if busy else "sq-idle"
     err = ""
     if status.get("last_error") and not busy:
-        err = f' <span class="sq-warn" title="{esc(status["last_error"])}">· last error: {esc(status["last_error"][:90])}</span>'
+        err = (f' <span class="sq-warn" title="{esc(status["last_error"])}">· last error: '
+               f'{esc(clipped(status["last_error"], 90))}</span>')
     return (f'<div class="sq-header"><div class="sq-title">Sequoia Live '
             f'<span class="sq-tagline">tree speculative decoding, step by step</span></div>'
             f'<div class="sq-pair">{pair}</div>'
             f'<div class="sq-status {dot}"><span class="sq-led"></span>{esc(msg)}{err}</div></div>')
+
+
+def clipped(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters at a word's end, with "…" where it was cut (the
+    header's last error stopped mid-word: "… in the local Hugg")."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip(" ,;:·") + "…"
 
 
 def interval_words(vec) -> str:

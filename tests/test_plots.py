@@ -373,3 +373,15 @@ def test_a_runs_own_plan_is_not_said_to_be_a_re_plan():
     assert "started from it" in render.plan_line(result, own_run=True)
     assert "next step" not in render.plan_line(result, own_run=True)
     assert "uses it from its next step" in render.plan_line(result, running=True)
+
+
+def test_the_headers_last_error_is_cut_at_a_words_end():
+    import html
+    from app import render
+    error = ("load models: model 'no/such-model' is neither a local folder nor a model in the local Hugging "
+             "Face cache, and the Hugging Face hub cannot be reached (offline?)")
+    line = render.pair_line(None, {"state": "idle", "last_error": error})
+    shown = html.unescape(line.split("last error: ")[1].split("<")[0])
+    assert shown.endswith("local…") and len(shown) <= 91   # was "… in the local Hugg"
+    assert f'title="{render.esc(error)}"' in line   # the whole error on hover
+    assert render.clipped("short", 90) == "short"
