@@ -27,8 +27,8 @@ DEVICE_MAPS = [NO_MAP, "auto", "balanced", "sequential"]
 
 # The button's two checks. "full" is the engine's default (what `python -m engine check` runs);
 # "quick" keeps the three sections but checks one tree shape at one sampling setting on one prompt.
-CHECK_MODES = [("Quick: Sequoia tree, T = 1, one prompt", "quick"),
-               ("Full: the CLI's default check (Sequoia, SpecInfer, chain; T = 1 and T = 0.7 / top-p 0.9; "
+CHECK_MODES = [("Quick: Sequoia tree, greedy and T = 1, one prompt", "quick"),
+               ("Full: the CLI's default check (Sequoia, SpecInfer, chain; greedy, T = 1 and T = 0.7 / top-p 0.9; "
                 "two prompts)", "full")]
 CHECK_MODE_NAMES = {value: label.split(":")[0].lower() + " check" for label, value in CHECK_MODES}
 VERDICT_COLORS = {"PASS": "var(--sq-accepted, #16a34a)", "WARN": "var(--sq-bonus, #d97706)",

@@ -177,6 +177,10 @@ def test_stop_returns_a_partial_report(pair):
     report = check.run_check(pair, config(), should_stop=lambda: next(calls) > 5)
     assert report.stopped and report.verdict == "STOPPED"
     assert report.summary().startswith("STOPPED")
+    # what did not finish is said, and the time is the check's, not the last section's
+    lines = report.summary().splitlines()
+    assert "a section not counted below did not finish" in lines[0] and " → " in lines[0]
+    assert lines[1].endswith(" in all.") and "(" not in lines[1] and not lines[1].startswith(".")
 
 
 def test_cli_json_and_exit_status(tmp_path, capsys):

@@ -85,19 +85,20 @@ class CheckReport:
 
     def summary(self) -> str:
         """Two or three lines for people: the verdict, per-section counts, the first problems."""
-        names = f"{self.pair.get('draft', '?')} -> {self.pair.get('target', '?')}"
+        names = f"{self.pair.get('draft', '?')} → {self.pair.get('target', '?')}"
         head = {"PASS": f"PASS: speculative decoding on {names} reproduced the target exactly, "
                         "as far as this check can tell.",
                 "WARN": f"PASS with warnings: no losslessness failure on {names}; see the warnings.",
                 "FAIL": f"FAIL: speculative decoding on {names} does NOT reproduce the target.",
-                "STOPPED": f"STOPPED: the check of {names} was interrupted; no problem found in what ran."}[self.verdict]
+                "STOPPED": f"STOPPED: the check of {names} was interrupted; no problem found in what ran "
+                           "(a section not counted below did not finish)."}[self.verdict]
         counts = []
         for section, c in self.section_counts().items():
             total = sum(c.values())
             extra = "".join(f", {c[s]} {s}" for s in ("fail", "warn", "skip") if c[s])
             counts.append(f"{section} {c['pass']}/{total} ok{extra}")
         # the whole check's time (timing estimate included), not the last section's
-        lines = [head, "; ".join(counts) + f" ({duration_text(self.seconds)} in all)."]
+        lines = [head, ("; ".join(counts) + ". " if counts else "") + f"{duration_text(self.seconds)} in all."]
         problems = [i for i in self.items if i.status == "fail"] or [i for i in self.items if i.status == "warn"]
         for item in problems[:3]:
             lines.append(f"- {item.section} / {item.name}: {item.message}")

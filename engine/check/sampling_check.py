@@ -42,8 +42,8 @@ def run_sampling(ctx: CheckContext, prompts: list[list[int]]) -> None:
                     second = ids_[1] if accepted and len(ids_) > 1 else None
                     samples[(si, method.name)].append((pi, ids_[0], accepted, second))
                     ctx.advance(step_seconds[method.name],
-                                f"sampling T={temperature:g} top-p={top_p:g}: {method.name}, prefix {pi + 1}, "
-                                f"{k + 1}/{per_prefix[pi]}")
+                                f"sampling T={temperature:g} top-p={top_p:g}: {method.name}, prefix {pi + 1} of "
+                                f"{len(prefixes)}, sample {k + 1}/{per_prefix[pi]}")
     _sampling_tests(ctx, prefixes, samples)
 
 
