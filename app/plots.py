@@ -126,14 +126,17 @@ def _sizes(n: int) -> int:
 
 
 # ---------------------------------------------------------------- tree of one step
-def _node_hover(node, parents, greedy: bool | None, sampler: str) -> str:
+def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict) -> str:
+    """A step tree node's hover; `texts`: each node's token text, to name its parent by (the chart
+    shows tokens, not node numbers: "under node 5" named nothing on screen)."""
     tok = html.escape(repr(node.text))
     head = f"<b>{tok}</b>  id {node.token_id}"
     if node.status == "root":
         return head + "<br>root: the last committed token<br>(its children are the drafted guesses)"
     kids = sum(1 for p in parents if p == node.parent)
-    place = (f"rank {node.rank} of {kids} under node {node.parent} · level {node.depth}" if node.status != "bonus"
-             else f"after node {node.parent} · level {node.depth}")
+    parent = "the root" if node.parent == 0 else html.escape(repr(texts.get(node.parent, "?")))
+    place = (f"rank {node.rank} of {kids} under {parent} · level {node.depth}" if node.status != "bonus"
+             else f"after {parent} · level {node.depth}")
     probs = f"draft q = {_fmt_prob(node.draft_prob)} · target p = {_fmt_prob(node.target_prob)}"
     if greedy:
         test = "test: is it the target's most likely token?"
@@ -202,6 +205,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     crowded = _leaves(parents) > label_limit
     on_path = set(path)
     size = _sizes(len(nodes))
+    texts = {n.index: n.text for n in nodes}
     for status in ("unreached", "rejected", "accepted", "root", "bonus"):
         group = [n for n in nodes if n.status == status]
         labels = [show_token(n.text) if (not crowded or n.index in on_path or n.status == "bonus") else ""
@@ -219,7 +223,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
                         symbol="diamond" if status == "bonus" else "circle"),
             hoverinfo="text", cliponaxis=False, meta=status)
         if group:
-            trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler) for n in group])
+            trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler, texts) for n in group])
         traces.append(trace)
     right = max(x for x, _ in pos)
     ys = [y for _, y in pos]

@@ -51,6 +51,11 @@ def test_accepted_path_is_drawn_thick_through_the_path_nodes():
     assert path.line.color == plots.STATUS_COLORS["accepted"]
     hover = next(t for t in node_traces(fig) if t.meta == "rejected").hovertext[0]
     assert "rank 2 of 2" in hover and "q = 0.300" in hover and "p = 0.100" in hover
+    # a node's parent is named by its token, as the chart labels it (not "node 1", shown nowhere)
+    assert "under the root" in hover
+    import html
+    assert "rank 1 of 2 under 'b'" in html.unescape(next(t for t in node_traces(fig) if t.meta == "rejected").hovertext[1])
+    assert "after 'e'" in html.unescape(next(t for t in node_traces(fig) if t.meta == "bonus").hovertext[0])
 
 
 def test_layout_is_computed_once_per_shape_root_left_one_column_per_level():
