@@ -175,7 +175,8 @@ class Run:
         name = "planned (measured vector)" if (self.plan and self.plan.exact) else "planned (not measured here)"
         if self.learning is not None:  # learning on: prior (what the run started from), observed, posterior
             drift = self.learning.get("drift") or {}
-            post_name = "posterior (plans the next steps)"
+            ended = bool(self.events) and self.events[-1].done   # its memory's runs are then those before it
+            post_name = "posterior (at the run's end)" if ended else "posterior (plans the next steps)"
             if drift.get("applied"):   # a ratio of 1: only the measured weight (engine/answer_drift.py)
                 how = (f"rank-1 misses x{drift['ratio']:.2f}" if drift["ratio"] != 1.0
                        else f"prior worth {drift['prior_weight']:g}")

@@ -291,6 +291,11 @@ def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     assert [t.name for t in run.acc_fig().data][-1] == ("posterior (plans the next steps),<br>with 30 positions "
                                                         "remembered from 1 earlier run<br>of this prompt at T=0.7 "
                                                         "(rescaled)")
+    # once the run has ended the posterior plans nothing more (the header's plan counts this run too)
+    last = hand_made_event()
+    last.done, last.finish_reason = True, "max_new_tokens"
+    run.events = [last]
+    assert last.done and [t.name for t in run.acc_fig().data][-1].startswith("posterior (at the run's end),<br>with 30")
 
 
 def test_the_plan_says_which_positions_back_it():
