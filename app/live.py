@@ -56,7 +56,9 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
     job ahead had ended (minutes, behind a race). The check says it at once and `fn` starts only
     if it passed. A script calling `api_name` is checked as before, when its event starts.
     The button is greyed from then until the run has ended: a second press meanwhile did
-    nothing and said nothing (Gradio drops a click while its event is pending).
+    nothing and said nothing (its fields were checked again, and Gradio skipped the run, its
+    event still pending). A run a Stop took back while it waited ends, and gives the button
+    back, only when its turn comes (a press before then would be skipped the same way).
     Returns `fn`'s event."""
     def fields_checked(*values):
         if prompt_at is not None and prompt_is_blank(values[prompt_at]):
@@ -70,9 +72,12 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
     checked = button.click(fields_checked, inputs, button, api_name=f"{api_name}_fields", show_progress="hidden",
                            **PAGE_WIRING, **LIGHT)
     run = checked.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
-    after_run(run, lambda: gr.update(interactive=True), None, button, f"{api_name}_ended", show_progress="hidden",
-              **PAGE_WIRING, **LIGHT)
+    # in the page only: a server event to give the button back could be refused (queue full)
+    after_run(run, None, None, button, f"{api_name}_ended", js=BUTTON_BACK, show_progress="hidden", **PAGE_WIRING)
     return run
+
+
+BUTTON_BACK = "() => ({__type__: 'update', interactive: true})"   # gr.update(interactive=True), as the page reads it
 
 
 def after_run(event, fn, inputs, outputs, api_name: str, **options) -> None:
@@ -442,13 +447,14 @@ def build(ctx: AppContext, header: dict) -> dict:
                    if ahead else "… starting…", replay: gr.update(interactive=False),
                    text: render.text_html([], placeholder="…")}
             for item in job.stream():
+                going = not job.stop_requested   # after a Stop its "stopping…" stays until the last line
                 if isinstance(item, Progress):
-                    yield {status: progress_text(item)}
+                    yield {status: progress_text(item) if going else gr.skip()}
                 elif isinstance(item, Note) and item.kind == "plan":
                     run.plan = item.data
                     sess.plan = item.data
                     yield {plan_md: render.plan_line(item.data, own_run=True), plan_json: item.data.summary(),
-                           status: f"● running **{item.data.method.label}**…"}
+                           status: f"● running **{item.data.method.label}**…" if going else gr.skip()}
                 elif isinstance(item, Note) and item.kind == "learning":
                     run.learning = item.data
                 elif isinstance(item, StepEvent):
@@ -456,7 +462,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                     out = {step_json: run.data(item)}
                     if item.done:
                         out[status] = sess.run_ended("live", _run_status(item, run))
-                    elif not job.stop_requested:   # else the Stop's "stopping…" stays until the last line
+                    elif going:
                         out[status] = _run_status(item, run)
                     now = time.monotonic()
                     if now - last_text >= TEXT_INTERVAL or item.done:
@@ -502,7 +508,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             raise page_error(f"step must be between 1 and {len(steps)}")
         ev = steps[k - 1]
         return {tree: run.tree_fig(ev), text: run.text(current=ev.step), step_json: run.data(ev),
-                status: f"Replaying step {ev.step} of {len(steps)}: {len(ev.new_token_ids)} new tokens."}
+                status: f"Replaying step {ev.step} of {len(steps)}: {plural(len(ev.new_token_ids), 'new token')}."}
 
     def pick_example(title):
         for p in prompts:
@@ -678,7 +684,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
                 f"{run.replanned_words()}."
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
-    return f"● {run.label}: step {ev.step} · {ev.total_tokens} tokens · {ev.tokens_per_second:.1f} tokens/s"
+    return f"● {run.label}: step {ev.step} · {plural(ev.total_tokens, 'token')} · {ev.tokens_per_second:.1f} tokens/s"
 
 
 def _replay_update(n: int):

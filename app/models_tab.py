@@ -297,7 +297,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
         sess.run_going("load")   # its Stop's reply may land after its last line (Session.line_after_stop)
         ahead = job.position
         try:   # from the first yield (a page that goes away leaves its load going: the pair is every page's)
-            yield {status: f"… waiting for {ahead} job(s) to finish first…" if ahead else "… loading…"}
+            yield {status: f"… waiting for {plural(ahead, 'job')} to finish first…" if ahead else "… loading…"}
             for item in job.stream():
                 if isinstance(item, Progress):
                     yield {status: progress_text(item)}

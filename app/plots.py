@@ -436,10 +436,10 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
                                  hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}× (t(n) extrapolated past "
                                                f"n={measured_up_to})<extra></extra>"))
     deeper, deeper_d = _best_per_budget(grid) if capped else ([], [])
-    if capped and any(a is not None and b is not None and a > b + 1e-9 for a, b in zip(deeper, best)):
+    if capped and any(a is not None and (b is None or a > b + 1e-9) for a, b in zip(deeper, best)):
         fig.add_trace(go.Scatter(x=budgets, y=deeper, mode="lines", name=f"any depth up to {max(grid.depths)}",
                                  line=dict(color=PLANNED, width=1, dash="dot"), opacity=0.45, customdata=deeper_d,
-                                 hovertemplate="n=%{x} (best d=%{customdata}, above Depth d): %{y:.2f}×<extra></extra>"))
+                                 hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}×<extra></extra>"))
     if chosen:
         n, d = chosen
         i = budgets.index(n) if n in budgets else None

@@ -147,7 +147,7 @@ def build(ctx: AppContext) -> dict:
         with gr.Column(scale=2):
             with gr.Row():
                 budget = gr.Slider(1, ctx.max_budget, value=ctx.default_budget, step=1, label="Budget n")
-                # every lane but autoregressive drafts at least one level below the root
+                # depth 1 is the root alone, what the autoregressive lane runs: a drafting lane needs 2
                 depth = gr.Slider(2, ctx.max_depth, value=ctx.default_depth, step=1, label="Depth d")
             with gr.Row():
                 temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")

@@ -124,7 +124,7 @@ def metrics_html(events, predicted: float | None = None, predicted_note: str = "
               f"last step: {len(last_step.new_token_ids) if last_step else 0}", STATUS_COLORS["accepted"]),
         _card("—" if predicted is None else f"{predicted:.2f}", "predicted tokens / step",
               esc(predicted_note) or "from the measured acceptance vector", PLANNED),
-        _card(f"{last.total_steps}", "steps", f"{last.total_tokens} tokens"
+        _card(f"{last.total_steps}", "steps", plural(last.total_tokens, "token")
               + (f" · {esc(last.finish_reason.replace('_', ' '))}" if last.done else " · running")),
     ]
     draft = sum(e.draft_seconds for e in real)
@@ -175,7 +175,7 @@ def clipped(text: str, limit: int) -> str:
     header's last error stopped mid-word: "… in the local Hugg")."""
     if len(text) <= limit:
         return text
-    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    cut = text[:limit + 1].rsplit(" ", 1)[0] if " " in text[:limit + 1] else text[:limit]
     return cut.rstrip(" ,;:·") + "…"
 
 

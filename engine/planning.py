@@ -397,7 +397,8 @@ def _learner(pair, vec, base, domain: str, settings: Settings, opening: int | No
              own_read: bool = False):
     """A Learner starting from `vec` (the measured vector pooled with the stored evidence; `base`
     before pooling) for a prompt of `domain`. `own_read`: the caller found no memory of this prompt
-    at these settings already (_own_memory), so only memory carried from others is looked for."""
+    at these settings already, or could not read it (_own_memory), so only memory carried from
+    others is looked for."""
     start = list(vec.probabilities) if vec is not None else [0.0] * 16
     base = base if base is not None else vec
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,

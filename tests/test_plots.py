@@ -395,3 +395,12 @@ def test_the_headers_last_error_is_cut_at_a_words_end():
     assert shown.endswith("local…") and len(shown) <= 91   # was "… in the local Hugg"
     assert f'title="{render.esc(error)}"' in line   # the whole error on hover
     assert render.clipped("short", 90) == "short"
+
+
+def test_a_plan_of_depth_1_still_shows_what_deeper_trees_would_give():
+    from engine.planner import choose_shape
+    from engine.planning import table_for
+    grid = choose_shape(table_for([0.8, 0.1, 0.05]), {1: 0.01, 8: 0.011, 32: 0.014}, {1: 0.001, 8: 0.0011}, 0.0005,
+                        budgets=range(1, 17), depths=range(1, 9)).grid
+    names = [t.name for t in plots.speedup_figure(grid, (1, 1), depth_cap=1).data]
+    assert "any depth up to 8" in names   # the capped curve is the root alone, at n = 1 only

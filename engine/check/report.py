@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from engine.check.config import ALPHA, SECTIONS
+from engine.wording import plural
 
 
 @dataclass
@@ -80,7 +81,7 @@ class CheckReport:
     def explanation(self) -> str:
         alpha = float(self.config.get("alpha", ALPHA))
         tests = max(1, sum(1 for i in self.items if i.section == "sampling" and i.status != "skip"))
-        return EXPLANATION.format(alpha=alpha, inv=round(1 / alpha), tests=f"{tests} test{'s' if tests > 1 else ''}",
+        return EXPLANATION.format(alpha=alpha, inv=round(1 / alpha), tests=plural(tests, "test"),
                                   family=max(1, round(1 / (1 - (1 - alpha) ** tests))))
 
     def summary(self) -> str:
