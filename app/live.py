@@ -449,7 +449,8 @@ def build(ctx: AppContext, header: dict) -> dict:
             for item in job.stream():
                 going = not job.stop_requested   # after a Stop its "stopping…" stays until the last line
                 if isinstance(item, Progress):
-                    yield {status: progress_text(item) if going else gr.skip()}
+                    if going:
+                        yield {status: progress_text(item)}
                 elif isinstance(item, Note) and item.kind == "plan":
                     run.plan = item.data
                     sess.plan = item.data

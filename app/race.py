@@ -182,8 +182,8 @@ def build(ctx: AppContext) -> dict:
         try:
             if prompt_is_blank(prompt_v):
                 raise UserError(EMPTY_PROMPT)
-            settings = settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
-            specs = race_specs(methods_v, budget_v, depth_v)
+            settings, specs = lanes_checked(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v,
+                                            seed_v, top_k_v)
             sess.refuse_if_running()
             job = ctx.worker.race(prompt_v, specs, settings)
         except (UserError, TreeError) as exc:
@@ -244,14 +244,16 @@ def build(ctx: AppContext) -> dict:
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
-    def lanes_checked(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v):
-        settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v)
-        race_specs(methods_v, budget_v, depth_v)
-
     run_event = model_run(start, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
                           prompt_at=0, check=lanes_checked, show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
+
+
+def lanes_checked(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v, seed_v, top_k_v):
+    """The race's settings and its lanes' specs from the page's values (the Start button's field
+    check and the race itself read them alike)."""
+    return settings_from(temp_v, top_p_v, max_new_v, seed_v, top_k_v), race_specs(methods_v, budget_v, depth_v)
 
 
 def race_specs(methods_v, budget_v, depth_v) -> list[tuple[str, MethodSpec]]:
