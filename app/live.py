@@ -173,6 +173,15 @@ class Run:
     def tree_fig(self, ev):
         return plots.tree_figure(ev, greedy=self.greedy, sampler=self.sampler)
 
+    def widest(self) -> int | None:
+        """The most children a node has in the plan's tree or any step's tree (learning and
+        slider re-plans change the tree during a run); None before a plan."""
+        trees = ([self.plan.tree.parents] if self.plan and self.plan.tree is not None else []) + [
+            e.tree_parents for e in self.steps]
+        if not trees:
+            return None
+        return max(max(Counter(p for p in parents if p >= 0).values(), default=0) for parents in trees)
+
     def acc_fig(self):
         vec = self.plan.acceptance if self.plan else None
         observed = plots.observed_acceptance(self.steps)
@@ -194,9 +203,11 @@ class Run:
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
                                            posterior_name=post_name, height=260 + 16 * post_name.count("<br>"),
+                                           widest=self.widest(),
                                            title="Acceptance by rank: prior, observed, posterior (learning)")
         return plots.acceptance_figure(planned, observed, ci=vec.ci95 if vec is not None else None,
-                                       planned_name=name, title="Acceptance by rank: planned vs observed")
+                                       planned_name=name, title="Acceptance by rank: planned vs observed",
+                                       widest=self.widest())
 
     def metrics(self) -> str:
         pred, note = self.predicted()

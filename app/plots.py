@@ -300,13 +300,16 @@ def observed_acceptance(events, max_rank: int = 16) -> list[tuple[int, int]]:
 
 def acceptance_figure(planned=None, observed=None, ci=None, title: str | None = None, height: int = 260,
                       planned_name: str = "planned (measured vector)", posterior=None,
-                      posterior_name: str = "posterior (plans the next steps)") -> go.Figure:
+                      posterior_name: str = "posterior (plans the next steps)",
+                      widest: int | None = None) -> go.Figure:
     """Bars per rank: the planned vector (indigo) beside what this run observed (green), and with
-    learning the posterior (amber) the next steps are planned from."""
+    learning the posterior (amber) the next steps are planned from. `widest`: the most children a
+    node of the run's trees has; ranks past it are never tried (a chain's chart showed 16 ranks,
+    15 of them with nothing observed)."""
     traces = []
     ranks = 0
     if planned is not None:
-        ranks = max(ranks, len(planned))
+        ranks = max(ranks, len(planned) if widest is None else widest)
     if observed:
         ranks = max(ranks, max((k + 1 for k, (_, n) in enumerate(observed) if n), default=0))
     ranks = min(ranks, 16) or 1

@@ -404,3 +404,20 @@ def test_a_plan_of_depth_1_still_shows_what_deeper_trees_would_give():
                         budgets=range(1, 17), depths=range(1, 9)).grid
     names = [t.name for t in plots.speedup_figure(grid, (1, 1), depth_cap=1).data]
     assert "any depth up to 8" in names   # the capped curve is the root alone, at n = 1 only
+
+
+def test_the_live_chart_shows_the_ranks_the_runs_trees_can_try():
+    """A chain's Live chart showed 16 ranks of which only rank 1 is ever tried; it shows the
+    widest node's count of children over the plan's tree and the steps' trees."""
+    from types import SimpleNamespace
+    from app import live
+    from engine.settings import Settings
+    vector = SimpleNamespace(probabilities=[0.6, 0.2, 0.1] + [0.01] * 13, ci95=None)
+    run = live.Run(Settings(temperature=0.0))
+    run.plan = SimpleNamespace(acceptance=vector, exact=True, tree=Tree.chain(5))
+    assert all(list(t.x) == [1] for t in run.acc_fig().data)
+    run.events = [hand_made_event()]   # its root has two children
+    assert all(list(t.x) == [1, 2] for t in run.acc_fig().data)
+    run.plan.tree = Tree.k_ary_chains(4, 3)
+    assert all(list(t.x) == [1, 2, 3, 4] for t in run.acc_fig().data)
+    assert len(plots.acceptance_figure(vector.probabilities).data[0].x) == 16   # a vector alone: all its ranks
