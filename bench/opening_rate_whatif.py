@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import depth_survival  # noqa: E402
-from engine.bench import _pooled_per_step  # noqa: E402
+from engine.bench_predictions import pooled_per_step  # noqa: E402
 from engine.tree import Tree  # noqa: E402
 
 DRIFT = {kernels: json.loads((ROOT / "assets/measured" / name).read_text())["domains"]
@@ -78,7 +78,7 @@ def lanes(report: dict) -> list[tuple[float, str, float, float]]:
         tree = Tree(tuple(row["parents"]))
         tkey = "0" if row["temperature"] == 0 else str(row["temperature"])
         observed = sum(r.get("step_tokens", r["tokens"]) for r in runs) / sum(r["steps"] for r in runs)
-        now = _pooled_per_step(runs, [r["predicted_tokens_per_step"] for r in runs])
+        now = pooled_per_step(runs, [r["predicted_tokens_per_step"] for r in runs])
         scaled = []
         for r in runs:
             domain, factor = r.get("acceptance_domain") or "", 1.0
@@ -87,7 +87,7 @@ def lanes(report: dict) -> list[tuple[float, str, float, float]]:
                 factor = (tree.expected_tokens(with_opening_rate(p, opening_ratio(kernels, domain, horizon)))
                           / tree.expected_tokens(p))
             scaled.append(r["predicted_tokens_per_step"] * factor)
-        out.append((row["temperature"], row["label"], observed / now - 1, observed / _pooled_per_step(runs, scaled) - 1))
+        out.append((row["temperature"], row["label"], observed / now - 1, observed / pooled_per_step(runs, scaled) - 1))
     return out
 
 

@@ -5,9 +5,9 @@ For every fixed Sequoia and chain lane of a `python -m engine bench --json` repo
 temperature: the observed tokens/step (the report's, truncated last steps counted as the bench
 counts them), the prediction from the acceptance vectors in --vectors (each run from its prompt
 kind's vector, as the bench predicts now; by default the shipped ones of this checkout, which may
-be newer than the report's), and engine.bench.rank1_range with rank 1's interval over positions,
+be newer than the report's), and engine.bench_predictions.rank1_range with rank 1's interval over positions,
 over prompts, and for a run of as many prompts as the lane ran from that vector
-(bench.these_prompts_range), pooled over runs as the bench pools them. It says whether the
+(bench_predictions.these_prompts_range), pooled over runs as the bench pools them. It says whether the
 observed value lies inside each range. Only rank 1 moves in them (the other ranks' uncertainty is
 left out).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from engine import intervals  # noqa: E402
-from engine.bench import _pooled_per_step, _predicted_range, rank1_range, these_prompts_range  # noqa: E402
+from engine.bench_predictions import pooled_per_step, pooled_range, rank1_range, these_prompts_range  # noqa: E402
 from engine.profiler import AcceptanceVector  # noqa: E402
 from engine.tree import Tree  # noqa: E402
 
@@ -67,8 +67,8 @@ def lanes(report: dict, methods: set[str]):
 def summary(runs: list[dict], tree: Tree, vectors: list[AcceptanceVector], tokens: int | None) -> dict:
     """Prediction and the ranges over `runs`, each run with its own vector: rank 1 at the edges of
     its interval over positions, over prompts, and for as many new prompts of `tokens` tokens as
-    the lane ran from that vector (bench.these_prompts_range); pooled as the bench pools them
-    (bench._predicted_range: runs of one vector move together, vectors independently)."""
+    the lane ran from that vector (bench_predictions.these_prompts_range); pooled as the bench pools them
+    (bench_predictions.pooled_range: runs of one vector move together, vectors independently)."""
     of_vector = {}
     for v in vectors:
         of_vector[v.domain] = of_vector.get(v.domain, 0) + 1
@@ -78,8 +78,8 @@ def summary(runs: list[dict], tree: Tree, vectors: list[AcceptanceVector], token
              "over_prompts": rank1_range(tree, v),
              "for_these_prompts": these_prompts_range(tree, v, of_vector[v.domain], tokens)}
             for r, v in zip(runs, vectors)]
-    return {"predicted": _pooled_per_step(rows, [r["predicted_tokens_per_step"] for r in rows]),
-            **{key: _predicted_range(rows, key) for key in ("over_positions", "over_prompts", "for_these_prompts")},
+    return {"predicted": pooled_per_step(rows, [r["predicted_tokens_per_step"] for r in rows]),
+            **{key: pooled_range(rows, key) for key in ("over_positions", "over_prompts", "for_these_prompts")},
             "interval_basis": sorted({v.interval for v in vectors})}
 
 

@@ -54,16 +54,16 @@ import re
 import resource
 import statistics
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
 
-from engine import answer_drift, bench_goals, intervals, learning, observed, profiler
+from engine import answer_drift, bench_goals, learning, observed, profiler
 from engine import methods as M
+from engine.bench_aggregate import aggregate, auto_label, observed_costs
+from engine.bench_predictions import prompts_per_vector, prompts_sharing, run_prediction
 from engine.decoding import generate
 from engine.errors import UserError
 from engine.interleave import Lane, run_together
@@ -73,6 +73,7 @@ from engine.prompts import (HELDOUT_PROMPTS, Prompt, asset_prompts, prompt_mix, 
 from engine.planning import (TABLE_DEPTH, hardware_aware, learning_key, learns_from, predict, table_for,
                              vector_for_prompt)
 from engine.settings import Settings
+from engine.step_yields import rest_of_run, step_yield
 from engine.tree import Tree
 
 log = logging.getLogger(__name__)
@@ -391,7 +392,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                     observed.add_events(costs_seen, prof, w["events"], temperature > 0)
                     warm_steps += sum(1 for e in w["events"] if e.step > 1)  # add_events skips first steps
         warmups[_tkey(temperature)] = {"tokens": config.warmup_tokens, "observed_steps": warm_steps}
-        sharing = _prompts_per_vector(pair, prompts, Settings(temperature=temperature, top_p=config.top_p,
+        sharing = prompts_per_vector(pair, prompts, Settings(temperature=temperature, top_p=config.top_p,
                                                               top_k=config.top_k))
         # a vector measured in this run on these very prompts: they are not new to it
         measured_here = info["measured_in_run"] and config.acceptance_prompts == "bench"
@@ -421,8 +422,8 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
                          load_average=load, load_average_after=load_average(),
                          **memory_of.get(s.key, dict.fromkeys(("peak_memory_bytes", "peak_memory_above_start_bytes"))),
-                         **_run_prediction(s, own or vec, prof, costs, behind, temperature,
-                                           *_sharing(sharing, domain, prompt.kind, own is None and measured_here),
+                         **run_prediction(s, own or vec, prof, costs, behind, temperature,
+                                           *prompts_sharing(sharing, domain, prompt.kind, own is None and measured_here),
                                            config.max_new_tokens))
                 r.update(nodes=s.tree.size, depth=s.tree.depth)
                 if s.family == "sequoia-auto":
@@ -431,7 +432,7 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                     observed.add_events(costs_seen, prof, r["events"], temperature > 0)
                 _learn(pair, config, settings, s, r, own or vec, acceptance_info[_tkey(temperature)], domain)
                 runs.append(r)
-                name = _auto_label(s.tree.size, s.tree.depth) if s.family == "sequoia-auto" else s.key
+                name = auto_label(s.tree.size, s.tree.depth) if s.family == "sequoia-auto" else s.key
                 say(f"T={temperature} prompt {i + 1}/{len(prompts)} {name:<24s} {r['tokens']:3d} tok "
                     f"{r['steps']:3d} steps {r['tokens_per_second']:6.2f} tok/s {r['tokens_per_step']:5.2f} tok/step "
                     f"(load {load[0] if load else '?'}; {time.perf_counter() - wall0:.0f} s elapsed)")
@@ -476,155 +477,6 @@ def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperat
     return replace(spec, method=M.sequoia(choice.tree, name="sequoia-auto"), budget=choice.n,
                    predicted_tokens_per_step=choice.predicted_tokens_per_step,
                    extra={**spec.extra, "chosen_budget": choice.n, "chosen_depth_bound": choice.d})
-
-
-THESE_PROMPTS = "predicted_tokens_per_step_range_these_prompts"   # the range for a bench of so few prompts
-THESE_PROMPTS_OF_KIND = THESE_PROMPTS + "_of_kind"   # the same for the run's kind's row (by_kind)
-
-
-def _prompts_per_vector(pair, prompts, settings: Settings) -> Counter:
-    """How many of the bench's prompts are predicted from each vector (by domain, "" = pooled), by
-    the prompts' kind: the sample of new prompts whose mean a lane's prediction for that vector is
-    judged against (all of them in the lane's row, those of one kind in its by_kind row)."""
-    return Counter((vector_for_prompt(pair, settings, "sequoia", p.text)[1], p.kind) for p in prompts)
-
-
-def _sharing(sharing: Counter, domain: str, kind: str, measured_on_them: bool) -> tuple[int, int]:
-    """(prompts predicted from the vector of `domain`, those of them of `kind`); (0, 0) where the
-    vector was measured on the bench's own prompts (they are not new to it: no such range)."""
-    if measured_on_them:
-        return 0, 0
-    return sum(n for (d, _), n in sharing.items() if d == domain), sharing[domain, kind]
-
-
-def _run_prediction(spec: MethodSpec, vec, prof, costs, behind: int, temperature: float,
-                    sharing: int = 1, sharing_of_kind: int | None = None, tokens: int | None = None) -> dict:
-    """A run's own prediction, from the vector of its prompt's domain where code and prose differ
-    (engine/domains.py), else the pooled one: what the planner would predict for that prompt.
-    Tokens/s from the profile corrected by the step costs of this bench's warm-up and earlier
-    prompts' runs (`costs`, what the app's planner does with the runs it has seen), and from the
-    profile alone (`*_profile`). `sharing`: how many of the bench's prompts use this vector (0: the
-    vector was measured on them, so no range for new prompts), `sharing_of_kind` how many of those
-    are of this run's prompt's kind (the same where code and prose have their own vectors; fewer
-    where one pooled vector serves both); `tokens`: each answer's length."""
-    if spec.predicted_tokens_per_step is None:
-        return {}
-    these = these_prompts_range(spec.tree, vec, sharing, tokens)
-    of_kind = sharing if sharing_of_kind is None else sharing_of_kind
-    out = {"predicted_tokens_per_step": spec.tree.expected_tokens(vec.probabilities), "acceptance_domain": vec.domain,
-           "predicted_tokens_per_step_range": rank1_range(spec.tree, vec), THESE_PROMPTS: these,
-           # one vector per kind (the shipped case): the kind's prompts are the vector's, same range
-           THESE_PROMPTS_OF_KIND: these if of_kind == sharing else these_prompts_range(spec.tree, vec, of_kind, tokens)}
-    if prof is not None:
-        sampling = temperature > 0
-        corrected = predict(spec.tree, vec.probabilities, costs, sampling)
-        out.update(predicted_tokens_per_second=corrected.tokens_per_second, predicted_speedup=corrected.speedup,
-                   predicted_tokens_per_second_profile=predict(spec.tree, vec.probabilities, prof,
-                                                               sampling).tokens_per_second,
-                   cost_model_observed_steps=behind)
-    return out
-
-
-def rank1_range(tree: Tree, vec) -> list[float] | None:
-    """F(tree) with the vector's rank-1 rate at either edge of its 95 % interval (the other ranks as
-    measured, scaled down where they would no longer fit beside it): how far rank 1's interval alone
-    moves a prediction (a lower bound on the vector's uncertainty: the other ranks' is left out).
-    The interval is over the vector's prompts where it recorded them (engine/intervals.py), else
-    over its positions. Rank 1 carries most of F, and more the deeper the tree."""
-    ci = list(getattr(vec, "ci95", None) or [])
-    if not ci or not vec.probabilities:
-        return None
-    p1, half, rest = vec.probabilities[0], ci[0], list(vec.probabilities[1:])
-
-    def at(v: float) -> float:
-        v = min(max(v, 0.0), 1.0)
-        # ranks are shares of one position: a higher rank 1 takes its share from the others
-        scale = min(1.0, (1.0 - v) / sum(rest)) if sum(rest) > 0 else 1.0
-        return tree.expected_tokens([v] + [q * scale for q in rest])
-
-    return [at(p1 - half), at(p1 + half)]
-
-
-def these_prompts_range(tree: Tree, vec, prompts: int, tokens: int | None = None) -> list[float] | None:
-    """rank1_range with rank 1's interval for the mean of `prompts` new prompts like the measured
-    ones, answers of `tokens` tokens (each a decided node, about: engine/intervals.py
-    for_new_prompts: the vector's own uncertainty plus how much so few prompts spread): what a run
-    on that many prompts can expect to see around the prediction; None for a vector that recorded
-    no prompts."""
-    half = intervals.for_new_prompts(getattr(vec, "prompt_counts", None) or [], len(vec.probabilities), prompts,
-                                     tokens)
-    return None if half is None else rank1_range(tree, SimpleNamespace(probabilities=vec.probabilities, ci95=half))
-
-
-def _speed_prediction_pooled(rs: list[dict]) -> dict:
-    """Each run's tokens/s against its own prediction, and the lane's tokens over its decode time
-    against the time its runs were predicted to take (the same runs on both sides: the median
-    over prompts of each side can come from different prompts)."""
-    preds = [r.get("predicted_tokens_per_second") for r in rs]
-    if not rs or not all(preds):
-        return {}
-    tokens, seconds = sum(r["tokens"] for r in rs), sum(r["seconds"] for r in rs)
-    return {"tokens_per_second_pooled": tokens / seconds if seconds else None,
-            "predicted_tokens_per_second_pooled": tokens / sum(r["tokens"] / p for r, p in zip(rs, preds)),
-            "predicted_tokens_per_second_error_runs": [r["tokens_per_second"] / p - 1 for r, p in zip(rs, preds)]}
-
-
-def _predicted(rs: list[dict]) -> tuple[float | None, float | None]:
-    """(tokens/step, tokens/s) predicted for runs pooled as the bench pools what it observes:
-    step yields over steps (so the runs' own predictions combine harmonically, weighted by their
-    yields) and the median over prompts of tokens/s."""
-    preds = [r.get("predicted_tokens_per_step") for r in rs]
-    if not rs or not all(preds):
-        return None, None
-    speeds = [r.get("predicted_tokens_per_second") for r in rs]
-    return _pooled_per_step(rs, preds), (statistics.median(speeds) if all(speeds) else None)
-
-
-def _pooled_per_step(rs: list[dict], per_run: list[float]) -> float | None:
-    """Runs' predicted tokens/step pooled as observed ones are: all yields over all predicted steps."""
-    yields = [r.get("step_tokens", r["tokens"]) for r in rs]
-    return sum(yields) / sum(y / p for y, p in zip(yields, per_run)) if sum(yields) else None
-
-
-def _predicted_range(rs: list[dict], key: str = "predicted_tokens_per_step_range") -> list[float] | None:
-    """The runs' rank1_range (or another range, `key`) pooled as _predicted pools their predictions.
-    Runs predicted from one vector move together (their edges are taken at once); runs of different
-    vectors (code and prose: other measurement prompts, other bench prompts) move independently,
-    so each vector's shift of the pooled prediction is combined with the others' in quadrature."""
-    ranges = [r.get(key) for r in rs]
-    preds = [r.get("predicted_tokens_per_step") for r in rs]
-    if not rs or not all(ranges) or not all(preds):
-        return None
-    center = _pooled_per_step(rs, preds)
-    if center is None:
-        return None
-    groups = {r.get("acceptance_domain", "") for r in rs}
-    edges = []
-    for i in (0, 1):
-        shifts = [_pooled_per_step(rs, [span[i] if r.get("acceptance_domain", "") == g else p
-                                        for r, span, p in zip(rs, ranges, preds)]) - center for g in groups]
-        edges.append(center + (1 if i else -1) * sum(d * d for d in shifts) ** 0.5)
-    return edges
-
-
-def _auto_label(nodes: int, depth: int) -> str:
-    """The hardware-aware lane named by the tree it ran."""
-    return f"sequoia-auto n={nodes} d={depth}"
-
-
-def _trees_label(spec: MethodSpec, rs: list[dict]) -> tuple[str, list[dict]]:
-    """The label of a result row and, for the per-prompt hardware-aware lane, which trees ran."""
-    if spec.family != "sequoia-auto":
-        return spec.key, []
-    trees: dict[tuple, dict] = {}
-    for r in rs:
-        t = trees.setdefault(tuple(r["parents"]), {"nodes": r["nodes"], "depth": r["depth"],
-                                                  "parents": r["parents"], "prompts": []})
-        t["prompts"].append(r["prompt"])
-    if len(trees) == 1:
-        (t,) = trees.values()
-        return _auto_label(t["nodes"], t["depth"]), list(trees.values())
-    return "sequoia-auto (per prompt)", list(trees.values())
 
 
 def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: dict, vec, info: dict,
@@ -774,183 +626,3 @@ def _profile(pair, config: BenchConfig, say) -> tuple:
     say(f"device profile {'measured in this run' if measured else 'from cache ' + prof.source}: t(1) = "
         f"{prof.target_seconds[min(prof.target_seconds)] * 1e3:.1f} ms")
     return prof, info
-
-
-# ------------------------------------------------------------------ aggregation
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def aggregate(runs: list[dict], specs_by_t: dict[float, list[MethodSpec]]) -> list[dict]:
-    ar = {(r["temperature"], r["prompt"]): r for r in runs if r["method"] == "ar"}
-    results = []
-    for temperature, specs in specs_by_t.items():
-        for s in specs:
-            rs = sorted((r for r in runs if r["temperature"] == temperature and r["key"] == s.key),
-                        key=lambda r: r["prompt"])
-            if not rs:
-                continue
-            tps = [r["tokens_per_second"] for r in rs]
-            speed = [r["tokens_per_second"] / ar[(temperature, r["prompt"])]["tokens_per_second"]
-                     for r in rs if (temperature, r["prompt"]) in ar]
-            tokens, steps = sum(r["tokens"] for r in rs), sum(r["steps"] for r in rs)
-            yields = sum(r.get("step_tokens", r["tokens"]) for r in rs)  # see DEFINITIONS: tokens_per_step
-            draft, verify, other = (sum(r[k] for r in rs) for k in ("draft_seconds", "verify_seconds", "other_seconds"))
-            total = draft + verify + other
-            tree = s.tree
-            pred_step, pred_speed = _predicted(rs)
-            label, trees = _trees_label(s, rs)
-            if trees:  # the row's own shape: that of the most prompts' tree
-                top = max(trees, key=lambda t: len(t["prompts"]))
-                tree = Tree(tuple(top["parents"]))
-            entry = {
-                "method": s.family, "label": label, "temperature": temperature,
-                "nodes": tree.size, "depth": tree.depth, "width": s.width, "budget": s.budget,
-                "level_widths": tree.level_widths, "matched_to": s.matched_to,
-                "tokens_per_second": statistics.median(tps), "tokens_per_second_min": min(tps),
-                "tokens_per_second_max": max(tps), "tokens_per_second_runs": tps,
-                "tokens_per_second_geomean": bench_goals.geometric_mean(tps), "prompt_runs": [r["prompt"] for r in rs],
-                "tokens_per_step": yields / steps if steps else 0.0,
-                "truncated_tokens": sum(r.get("truncated_tokens", 0) for r in rs),
-                "tokens_per_step_runs": [r["tokens_per_step"] for r in rs],
-                "tokens_per_step_interval_95": yield_interval([r["step_yields"] for r in rs]),
-                "tokens_per_step_interval_95_by_answer": answer_interval([r["step_yields"] for r in rs]),
-                "speedup_vs_ar": _median(speed), "speedup_vs_ar_runs": speed,
-                "predicted_tokens_per_step": pred_step or s.predicted_tokens_per_step,
-                "predicted_tokens_per_second": pred_speed or s.predicted_tokens_per_second,
-                "predicted_tokens_per_second_profile": _median([r.get("predicted_tokens_per_second_profile")
-                                                                for r in rs]),
-                "predicted_tokens_per_step_pooled_vector": s.predicted_tokens_per_step,
-                "predicted_tokens_per_step_range": _predicted_range(rs),
-                THESE_PROMPTS: _predicted_range(rs, THESE_PROMPTS),
-                "predicted_speedup": _median([r.get("predicted_speedup") for r in rs]) or s.predicted_speedup,
-                "draft_seconds": draft, "verify_seconds": verify, "other_seconds": other,
-                "engine_other_seconds": sum(r["engine_other_seconds"] for r in rs),
-                "draft_fraction": draft / total if total else None,
-                "verify_fraction": verify / total if total else None,
-                "other_fraction": other / total if total else None,
-                "seconds": total, "tokens": tokens, "steps": steps, "prompts": len(rs),
-                "peak_memory_bytes": max((r["peak_memory_bytes"] or 0) for r in rs) or None,
-                "peak_memory_above_start_bytes": max((r["peak_memory_above_start_bytes"] or 0) for r in rs) or None,
-                "finish_reasons": [r["finish_reason"] for r in rs],
-                "by_kind": {},
-            }
-            if s.family in ("sequoia", "sequoia-auto"):
-                entry["parents"] = list(tree.parents)
-            if trees:
-                entry["trees_by_prompt"] = trees
-            if entry["predicted_tokens_per_step"]:
-                entry["observed_over_predicted"] = entry["tokens_per_step"] / entry["predicted_tokens_per_step"]
-            entry.update(_speed_prediction_pooled(rs))
-            # the per-prompt lane's choices are in trees_by_prompt, not the first plan's extra
-            entry.update({k: v for k, v in s.extra.items() if not (trees and k.startswith("chosen_"))})
-            if temperature == 0:
-                entry["matches_ar"] = all(
-                    r["token_ids"] == ar[(temperature, r["prompt"])]["token_ids"]
-                    for r in rs if (temperature, r["prompt"]) in ar)
-            for kind in sorted({r["kind"] for r in rs}):
-                kr = [r for r in rs if r["kind"] == kind]
-                ks = [r["tokens_per_second"] / ar[(temperature, r["prompt"])]["tokens_per_second"]
-                      for r in kr if (temperature, r["prompt"]) in ar]
-                entry["by_kind"][kind] = {
-                    "prompts": len(kr), "tokens_per_second": statistics.median(r["tokens_per_second"] for r in kr),
-                    "tokens_per_step": (sum(r.get("step_tokens", r["tokens"]) for r in kr)
-                                        / max(sum(r["steps"] for r in kr), 1)),
-                    "speedup_vs_ar": _median(ks), "predicted_tokens_per_step": _predicted(kr)[0],
-                    "predicted_tokens_per_step_range": _predicted_range(kr),
-                    THESE_PROMPTS: _predicted_range(kr, THESE_PROMPTS_OF_KIND)}
-            results.append(entry)
-    return results
-
-
-def yield_interval(runs: list[list[int]], block: int = 4, resamples: int = 2000, seed: int = 0) -> list[float] | None:
-    """95 % interval of pooled tokens/step (yields over steps) by a block bootstrap: blocks of
-    `block` consecutive steps of one run are drawn with replacement, because a run's steps are not
-    independent (an easy stretch of text makes several long steps in a row). At T > 0 each run's
-    text is a sample, so a few dozen steps leave tokens/step uncertain by 10 % and more."""
-    return _pooled_bootstrap([run[i:i + block] for run in runs for i in range(0, len(run), block)],
-                             resamples, seed)
-
-
-def answer_interval(runs: list[list[int]], resamples: int = 2000, seed: int = 0) -> list[float] | None:
-    """95 % interval of pooled tokens/step by resampling whole runs (answers) with replacement.
-    Acceptance drifts within an answer and differs between answers by more than blocks of steps
-    show (bench/acceptance-dynamics.txt), so with a few answers this is the wider, honest one."""
-    return _pooled_bootstrap(runs, resamples, seed)
-
-
-def _pooled_bootstrap(units: list[list[int]], resamples: int, seed: int) -> list[float] | None:
-    """95 % interval of pooled yields over steps when whole units (lists of step yields) are drawn
-    with replacement; None with fewer than two non-empty units (nothing to resample)."""
-    import random
-    units = [u for u in units if u]
-    if len(units) < 2:
-        return None
-    rng = random.Random(seed)
-    means = []
-    for _ in range(resamples):
-        drawn = [rng.choice(units) for _ in units]
-        means.append(sum(map(sum, drawn)) / sum(map(len, drawn)))
-    means.sort()
-    return [means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]]
-
-
-def observed_costs(runs: list[dict]) -> dict | None:
-    """What the profile times, read off this run's lanes (interleaved, so every size in the same
-    minutes): the target's verify seconds per step by tree size, over t(1) from the plain-decoding
-    lanes, and the draft's seconds per level of the chains (one draft forward per level after the
-    root; the first also catches up on the previous step's accepted tokens) over t(1). On this
-    machine a profile and a benchmark a minute apart can see different speeds (t(1) 77 ms in the
-    profile, 130-140 ms per plain-decoding token in the run), so both are reported."""
-    fast = [r for r in runs if r["method"] != "ar-default-kernels" and r["steps"]]
-    by_size: dict[int, list[tuple[float, int]]] = {}
-    for r in fast:
-        by_size.setdefault(r["nodes"], []).append((r["verify_seconds"], r["steps"]))
-    if 1 not in by_size:
-        return None
-    t = {n: sum(v for v, _ in xs) / sum(k for _, k in xs) for n, xs in sorted(by_size.items())}
-    chains = [r for r in fast if r["method"] == "chain" and r["depth"] > 1]
-    level = (sum(r["draft_seconds"] for r in chains) / sum(r["steps"] * (r["depth"] - 1) for r in chains)
-             if chains else None)
-    return {"t1_seconds": t[1], "target_over_t1": {str(n): v / t[1] for n, v in t.items()},
-            "draft_level_over_t1": level / t[1] if level is not None else None,
-            "draft_level_seconds": level}
-
-
-def step_yield(event) -> int:
-    """Tokens one step produced before any max-new-tokens cut: accepted nodes + the bonus."""
-    return sum(n.status == "accepted" for n in event.nodes) + any(n.status == "bonus" for n in event.nodes)
-
-
-def split_at(events, after: int = LEARN_AFTER) -> tuple[list, list]:
-    """(opening, rest): the steps that start before `after` generated tokens, and the others (the
-    Learner's split: a step that starts in the opening counts for it)."""
-    seen = 0
-    for i, e in enumerate(events):
-        if not learning.in_opening(seen, after):
-            return list(events[:i]), list(events[i:])
-        seen += len(e.new_token_ids)
-    return list(events), []
-
-
-def rest_of_run(events, tree: Tree, start: list[float], after: int = LEARN_AFTER,
-                drift: answer_drift.Drift | None = None) -> dict | None:
-    """The posterior after the first `after` generated tokens (start pooled with their censored
-    outcomes; for the rest of the answer by the domain's measured `drift` where one applies,
-    learning.rest_posterior) predicts F(tree) for the rest of the run; compared with the rest's
-    observed yield."""
-    head, rest = split_at(events, after)
-    if not rest:
-        return None
-    post = learning.rest_posterior(start, learning.events_evidence(head), learning.Evidence(), drift)
-    yields = [step_yield(x) for x in rest]
-    observed = sum(yields) / len(yields)
-    predicted = tree.expected_tokens(post)
-    # How far the rest's tokens/step could fall from its text's rate by the luck of its steps (one
-    # answer; engine/bench_learning.py says what this interval leaves out): a run's power to judge.
-    return {"rest_steps": len(rest), "rest_observed_tokens_per_step": observed,
-            "rest_observed_interval_95": yield_interval([yields]), "rest_step_yields": yields,
-            "rest_predicted_tokens_per_step": predicted, "rest_error": predicted / observed - 1,
-            "rest_over_opening": drift.ratio if drift else None, "rest_prior_weight": drift.weight if drift else None,
-            "rest_drift_kernels": drift.draft_kernels if drift else None}

@@ -198,7 +198,7 @@ def _where(value: float, span: list[float]) -> str:
 
 
 def _vector_range(span: list[float] | None) -> str:
-    """How far the vector's rank-1 interval alone moves the prediction (engine/bench.py rank1_range)."""
+    """How far the vector's rank-1 interval alone moves the prediction (engine/bench_predictions.py rank1_range)."""
     return f" ({span[0]:.2f}-{span[1]:.2f} with rank 1 at the edges of its 95 % interval)" if span else ""
 
 

@@ -14,9 +14,9 @@ engine/prompts.py, when the bench's prompts have none of it), one run each:
   the domain's measured rest/opening drift where one applies, engine/answer_drift.py): predicted
   tokens/step = tree.expected_tokens(posterior). From then on the tree is FROZEN: the Replanner is not asked
   again, so the prediction is about the tree that actually runs;
-- observed = the rest's step yields over its steps, by bench.rest_of_run (the same boundary; a last
-  step cut by max-new-tokens counts its full verified yield, bench.step_yield: the issue 15 fix),
-  with its own 95 % interval (block bootstrap over the rest's steps in blocks of 4, bench.yield_interval):
+- observed = the rest's step yields over its steps, by step_yields.rest_of_run (the same boundary; a last
+  step cut by max-new-tokens counts its full verified yield, step_yields.step_yield: the issue 15 fix),
+  with its own 95 % interval (block bootstrap over the rest's steps in blocks of 4, step_yields.yield_interval):
   how far the rest's tokens/step could fall from the rate of the text it ran on by the luck of the
   steps, were that text a steady process (assumed: acceptance still drifts over 64-token windows,
   and a dozen blocks make a percentile interval somewhat narrow). Over a 256-token rest it was
@@ -24,7 +24,7 @@ engine/prompts.py, when the bench's prompts have none of it), one run each:
   55-87 steps; 3- and 4-node trees, 102-123 steps); a longer chain takes fewer, more varied steps
   and gets a wider one. A prediction inside it is one this run has too little power to reject;
   that is not the goal met. The interval holds nothing of the spread between answers (one
-  answer's rest rate against another's, bench.answer_interval), which is the larger part; at
+  answer's rest rate against another's, step_yields.answer_interval), which is the larger part; at
   T = 0 the text is fixed, so "luck" means the text's own arrangement, not a rerun. Across many
   runs about 1 in 20 right predictions falls outside, and a bias shows as errors of one sign.
 It runs after the bench's other lanes, and its evidence is stored (only with --learn) after all of
@@ -53,7 +53,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from engine import bench, bench_goals, learning, planning, prompt_memory
+from engine import bench_goals, learning, planning, prompt_memory, step_yields
 from engine import methods as M
 from engine.decoding import generate
 from engine.models import encode_prompt
@@ -136,7 +136,7 @@ def run_one(pair, prompt_ids: list[int], result: planning.PlanResult, settings: 
            "replans": replan.replans, "start_source": result.acceptance.source,
            "acceptance_domain": result.domain or "pooled", "rest_over_opening": None, "rest_prior_weight": None,
            "rest_drift_kernels": None}
-    rest = bench.rest_of_run(steps, frozen["tree"], learner.start, after, learner.drift) if frozen else None
+    rest = step_yields.rest_of_run(steps, frozen["tree"], learner.start, after, learner.drift) if frozen else None
     if rest is None:
         row.update(error=None, note=("no learning: the plan drafts nothing" if learner is None else
                                      f"the run ended after {last.total_tokens} tokens, with no step after a "
@@ -171,7 +171,7 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
     """One learning run that is never frozen (RUNNING): the rest's steps, each predicted before it
     ran (the expected tokens of the tree the step ran, as the Decoder cut it to the context, under
     the learner's posterior when the Replanner gave its tree), against the rest's observed yields
-    (bench.step_yield, the same boundary as bench.split_at)."""
+    (step_yields.step_yield, the same boundary as step_yields.split_at)."""
     replan = planning.Replanner(pair, result, settings, learn=True, opening=after)
     learner = replan.learner
     if learner is None:
@@ -196,11 +196,11 @@ def run_running(pair, prompt_ids: list[int], result: planning.PlanResult, settin
         events_seen += 1
         if event.nodes:
             steps.append(event)
-    _, rest = bench.split_at(steps, after)
+    _, rest = step_yields.split_at(steps, after)
     if not rest or len(rest) != len(posteriors):
         return {"error": None, "note": f"{len(rest)} steps after the boundary, {len(posteriors)} predicted"}
     predicted = [Tree(tuple(e.tree_parents)).expected_tokens(post) for e, post in zip(rest, posteriors.values())]
-    yields = [bench.step_yield(e) for e in rest]
+    yields = [step_yields.step_yield(e) for e in rest]
     mean_predicted, observed = sum(predicted) / len(predicted), sum(yields) / len(yields)
     trees = [tuple(e.tree_parents) for e in rest]
     return {"predicted_tokens_per_step": mean_predicted, "observed_tokens_per_step": observed,

@@ -283,7 +283,7 @@ def with_stored(vec, stored: Evidence):
 # ---------------------------------------------------------------- one run
 def in_opening(tokens_before: int, opening: int) -> bool:
     """Whether a step that starts after `tokens_before` generated tokens belongs to the answer's
-    opening: the one boundary rule of the Learner, bench.split_at and the learning checks."""
+    opening: the one boundary rule of the Learner, step_yields.split_at and the learning checks."""
     return tokens_before < opening
 
 

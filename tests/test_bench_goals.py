@@ -80,35 +80,35 @@ def test_regoal_rejudges_a_saved_report():
 
 
 def test_a_prediction_says_how_far_the_vectors_rank1_interval_moves_it():
-    """The range rank 1's 95 % interval allows (engine/bench.py rank1_range): a 3-level chain at
+    """The range rank 1's 95 % interval allows (engine/bench_predictions.py rank1_range): a 3-level chain at
     P(rank 1) = 0.8 +- 0.1 predicts 1 + p + p^2, 2.44 as measured, 2.19 and 2.71 at the edges;
     pooled over runs as the predictions are (yields over predicted steps); named in the goal line."""
     from types import SimpleNamespace
 
-    from engine import bench
+    from engine import bench_predictions
     from engine.tree import Tree
-    low, high = bench.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8, 0.1], ci95=[0.1, 0.05]))
+    low, high = bench_predictions.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8, 0.1], ci95=[0.1, 0.05]))
     assert (round(low, 4), round(high, 4)) == (2.19, 2.71)
-    assert bench.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8], ci95=[])) is None
+    assert bench_predictions.rank1_range(Tree.chain(3), SimpleNamespace(probabilities=[0.8], ci95=[])) is None
     # a vector whose ranks fill the position: raising rank 1 takes from the others, so a star of 7
     # (at most 2 tokens a step) stays at most 2
     full = SimpleNamespace(probabilities=[0.7, 0.2, 0.1], ci95=[0.05, 0.04, 0.03])
-    assert bench.rank1_range(Tree.star(7), full)[1] == pytest.approx(2.0)
+    assert bench_predictions.rank1_range(Tree.star(7), full)[1] == pytest.approx(2.0)
     runs = [{"tokens": 30, "step_tokens": 30, "predicted_tokens_per_step": 2.5,
              "predicted_tokens_per_step_range": [2.0, 3.0]},
             {"tokens": 60, "step_tokens": 60, "predicted_tokens_per_step": 5.0,
              "predicted_tokens_per_step_range": [4.0, 6.0]}]
     # runs of one vector move together
-    assert bench._predicted_range(runs) == pytest.approx([90 / (30 / 2 + 60 / 4), 90 / (30 / 3 + 60 / 6)])
-    assert bench._predicted_range(runs[:1] + [{"tokens": 5}]) is None
+    assert bench_predictions.pooled_range(runs) == pytest.approx([90 / (30 / 2 + 60 / 4), 90 / (30 / 3 + 60 / 6)])
+    assert bench_predictions.pooled_range(runs[:1] + [{"tokens": 5}]) is None
     # runs of two vectors (code, prose) move independently: their shifts add in quadrature
     apart = [{**runs[0], "acceptance_domain": "code"}, {**runs[1], "acceptance_domain": "prose"}]
     center = 90 / (30 / 2.5 + 60 / 5)
     down = [90 / (30 / 2 + 60 / 5) - center, 90 / (30 / 2.5 + 60 / 4) - center]
     up = [90 / (30 / 3 + 60 / 5) - center, 90 / (30 / 2.5 + 60 / 6) - center]
-    assert bench._predicted_range(apart) == pytest.approx([center - math.hypot(*down), center + math.hypot(*up)])
-    together = bench._predicted_range(runs)
-    assert together[0] < bench._predicted_range(apart)[0] and bench._predicted_range(apart)[1] < together[1]
+    assert bench_predictions.pooled_range(apart) == pytest.approx([center - math.hypot(*down), center + math.hypot(*up)])
+    together = bench_predictions.pooled_range(runs)
+    assert together[0] < bench_predictions.pooled_range(apart)[0] and bench_predictions.pooled_range(apart)[1] < together[1]
     seq = row("sequoia", "sequoia n=3 d=3", [10.0], predicted_tokens_per_step=2.44,
               predicted_tokens_per_step_range=[low, high], steps=20)
     line = goal(bench_goals.evaluate_goals([seq]), "T=0: sequoia n=3 d=3 predicted tokens/step")
@@ -116,20 +116,20 @@ def test_a_prediction_says_how_far_the_vectors_rank1_interval_moves_it():
 
 
 def test_a_prediction_says_what_a_run_of_so_few_prompts_can_expect():
-    """engine/bench.py these_prompts_range: rank 1's interval for the mean of k new prompts like the
+    """engine/bench_predictions.py these_prompts_range: rank 1's interval for the mean of k new prompts like the
     measured ones (engine/intervals.py for_new_prompts) is wider for fewer prompts, and absent for a
     vector that recorded no prompts; the goal line names it with the row's prompts and says
     whether the observed value lies inside."""
     from types import SimpleNamespace
 
-    from engine import bench
+    from engine import bench_predictions
     from engine.tree import Tree
     counts = [[400.0, 312.0, 88.0], [400.0, 336.0, 64.0], [400.0, 320.0, 80.0], [400.0, 332.0, 68.0]]
     vec = SimpleNamespace(probabilities=[0.8125], ci95=[0.02], prompt_counts=counts)
-    one, four = bench.these_prompts_range(Tree.chain(5), vec, 1), bench.these_prompts_range(Tree.chain(5), vec, 4)
-    narrow = bench.rank1_range(Tree.chain(5), vec)
+    one, four = bench_predictions.these_prompts_range(Tree.chain(5), vec, 1), bench_predictions.these_prompts_range(Tree.chain(5), vec, 4)
+    narrow = bench_predictions.rank1_range(Tree.chain(5), vec)
     assert one[0] < four[0] < narrow[0] and narrow[1] < four[1] < one[1]
-    assert bench.these_prompts_range(Tree.chain(5), SimpleNamespace(probabilities=[0.8], ci95=[0.1]), 4) is None
+    assert bench_predictions.these_prompts_range(Tree.chain(5), SimpleNamespace(probabilities=[0.8], ci95=[0.1]), 4) is None
     seq = row("sequoia", "sequoia n=5 d=5", [10.0], predicted_tokens_per_step=3.4, steps=20,
               predicted_tokens_per_step_range_these_prompts=[2.9, 3.9],
               by_kind={"code": {"prompts": 4, "speedup_vs_ar": 1.0}, "prose": {"prompts": 2, "speedup_vs_ar": 1.0}})
@@ -145,27 +145,27 @@ def test_one_vector_for_both_kinds_gives_each_kinds_row_the_range_for_that_kinds
     from collections import Counter
     from types import SimpleNamespace
 
-    from engine import bench
+    from engine import bench_aggregate, bench_predictions
     from engine.tree import Tree
     sharing = Counter({("", "code"): 4, ("", "prose"): 2})
-    assert bench._sharing(sharing, "", "prose", False) == (6, 2)
-    assert bench._sharing(sharing, "", "prose", True) == (0, 0)
-    assert bench._sharing(Counter({("code", "code"): 4, ("prose", "prose"): 2}), "code", "code", False) == (4, 4)
+    assert bench_predictions.prompts_sharing(sharing, "", "prose", False) == (6, 2)
+    assert bench_predictions.prompts_sharing(sharing, "", "prose", True) == (0, 0)
+    assert bench_predictions.prompts_sharing(Counter({("code", "code"): 4, ("prose", "prose"): 2}), "code", "code", False) == (4, 4)
     counts = [[400.0, 312.0, 88.0], [400.0, 336.0, 64.0], [400.0, 320.0, 80.0], [400.0, 332.0, 68.0]]
     vec = SimpleNamespace(probabilities=[0.8125], ci95=[0.02], prompt_counts=counts, domain=None)
     spec = SimpleNamespace(tree=Tree.chain(5), predicted_tokens_per_step=1.0)
-    got = bench._run_prediction(spec, vec, None, None, 0, 0.0, *bench._sharing(sharing, "", "prose", False), 64)
-    of_all, of_kind = got[bench.THESE_PROMPTS], got[bench.THESE_PROMPTS_OF_KIND]
+    got = bench_predictions.run_prediction(spec, vec, None, None, 0, 0.0, *bench_predictions.prompts_sharing(sharing, "", "prose", False), 64)
+    of_all, of_kind = got[bench_predictions.THESE_PROMPTS], got[bench_predictions.THESE_PROMPTS_OF_KIND]
     assert of_kind[0] < of_all[0] and of_all[1] < of_kind[1]
     runs = [{"temperature": 0.0, "key": "s", "method": "sequoia", "prompt": i, "kind": kind, "tokens": 60, "steps": 20,
              "tokens_per_second": 5.0, "tokens_per_step": 3.0, "step_yields": [3] * 20, "draft_seconds": 1.0,
              "verify_seconds": 2.0, "other_seconds": 0.1, "engine_other_seconds": 0.0, "finish_reason": "length",
              "peak_memory_bytes": 1, "peak_memory_above_start_bytes": 1, "token_ids": [],
-             **bench._run_prediction(spec, vec, None, None, 0, 0.0, *bench._sharing(sharing, "", kind, False), 64)}
+             **bench_predictions.run_prediction(spec, vec, None, None, 0, 0.0, *bench_predictions.prompts_sharing(sharing, "", kind, False), 64)}
             for i, kind in enumerate(["code"] * 4 + ["prose"] * 2)]
     lane = SimpleNamespace(key="s", family="sequoia", tree=Tree.chain(5), width=1, budget=5, matched_to=None,
                            predicted_tokens_per_step=1.0, predicted_tokens_per_second=None, predicted_speedup=None,
                            extra={})
-    [entry] = bench.aggregate(runs, {0.0: [lane]})
-    assert entry[bench.THESE_PROMPTS] == pytest.approx(of_all)
-    assert entry["by_kind"]["prose"][bench.THESE_PROMPTS] == pytest.approx(of_kind)
+    [entry] = bench_aggregate.aggregate(runs, {0.0: [lane]})
+    assert entry[bench_predictions.THESE_PROMPTS] == pytest.approx(of_all)
+    assert entry["by_kind"]["prose"][bench_predictions.THESE_PROMPTS] == pytest.approx(of_kind)

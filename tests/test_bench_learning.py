@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine import bench, bench_goals, bench_learning, bench_report, learning, planning, profiler
+from engine import bench, bench_goals, bench_learning, bench_report, learning, planning, profiler, step_yields
 from engine.commands import bench as bench_cmd
 from engine.prompts import Prompt
 from engine.settings import Settings
@@ -81,18 +81,18 @@ def test_the_tree_is_frozen_at_the_boundary_and_predicted_from_the_posterior_the
         assert row["posterior"] == pytest.approx(posterior)
         assert row["predicted_tokens_per_step"] == pytest.approx(tree.expected_tokens(posterior))
         assert row["predicted_tokens_per_step"] == pytest.approx(
-            bench.rest_of_run(steps, tree, START, 8)["rest_predicted_tokens_per_step"])
+            step_yields.rest_of_run(steps, tree, START, 8)["rest_predicted_tokens_per_step"])
         end = learning.pooled(START, learning.events_evidence(steps))  # not the end-of-run posterior
         assert row["predicted_tokens_per_step"] != pytest.approx(tree.expected_tokens(end), rel=1e-9)
         assert row["positions_behind_posterior"]["this_run"] == learning.events_evidence(head).nodes
         # observed: the rest's full step yields over its steps, the bench's count
-        yields = sum(bench.step_yield(e) for e in rest)
+        yields = sum(step_yields.step_yield(e) for e in rest)
         assert row["observed_tokens_per_step"] == pytest.approx(yields / len(rest))
         assert row["truncated_tokens_after"] == yields - row["tokens_after"]
         assert row["error"] == pytest.approx(row["predicted_tokens_per_step"] / row["observed_tokens_per_step"] - 1)
         # the rest's own 95 % interval: a block bootstrap over exactly the rest's step yields
-        assert row["step_yields_after"] == [bench.step_yield(e) for e in rest]
-        assert row["observed_interval_95"] == bench.yield_interval([row["step_yields_after"]])
+        assert row["step_yields_after"] == [step_yields.step_yield(e) for e in rest]
+        assert row["observed_interval_95"] == step_yields.yield_interval([row["step_yields_after"]])
         if len(rest) > 4:   # more than one block of steps to resample
             lo, hi = row["observed_interval_95"]
             assert lo <= row["observed_tokens_per_step"] <= hi
@@ -144,7 +144,7 @@ def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypat
     assert tree.parents == planning.plan_from_vector(planning.MethodSpec("sequoia", 10, 5), posterior).parents
     assert row["predicted_tokens_per_step"] == pytest.approx(tree.expected_tokens(posterior))
     assert row["predicted_tokens_per_step"] == pytest.approx(
-        bench.rest_of_run(steps, tree, START, 8, drift)["rest_predicted_tokens_per_step"])
+        step_yields.rest_of_run(steps, tree, START, 8, drift)["rest_predicted_tokens_per_step"])
     text = bench_learning.format_check({"after": 8, "tokens": 16, "frozen": "f", "storage": "s", "runs": [row]})
     assert "drifted to the rest by 0.500, prior worth 40" in text
     # the drift was measured for a 64-token opening (8 here): at another boundary none applies
@@ -327,16 +327,16 @@ def test_check_prompts_flag():
 
 
 def test_a_rests_own_interval_is_its_steps_luck():
-    """bench.yield_interval on one run: steps all alike leave no doubt; steps that differ do; too
+    """step_yields.yield_interval on one run: steps all alike leave no doubt; steps that differ do; too
     few steps (one block of 4) give none."""
-    assert bench.yield_interval([[3] * 40]) == [3.0, 3.0]
+    assert step_yields.yield_interval([[3] * 40]) == [3.0, 3.0]
     import random
     rng = random.Random(0)
     yields = [rng.randint(1, 8) for _ in range(50)]   # an 8-node chain's yields, ~50 steps
-    lo, hi = bench.yield_interval([yields])
+    lo, hi = step_yields.yield_interval([yields])
     mean = sum(yields) / len(yields)
     assert lo < mean < hi and 0.1 < (hi - lo) / 2 / mean < 0.3   # roughly +-15 %, wider than the goal's 10 %
-    assert bench.yield_interval([[1, 2, 3, 4]]) is None
+    assert step_yields.yield_interval([[1, 2, 3, 4]]) is None
 
 
 def test_the_running_check_predicts_each_rest_step_from_the_steps_before_it(monkeypatch):
@@ -357,7 +357,7 @@ def test_the_running_check_predicts_each_rest_step_from_the_steps_before_it(monk
         for j, (e, predicted) in enumerate(zip(rest, running["step_predictions"])):
             posterior = learning.pooled(START, learning.events_evidence(steps[:i + j]))   # the steps before it only
             assert predicted == pytest.approx(Tree.from_parents(e.tree_parents).expected_tokens(posterior))
-        yields = [bench.step_yield(e) for e in rest]
+        yields = [step_yields.step_yield(e) for e in rest]
         assert running["step_yields_after"] == yields
         assert running["observed_tokens_per_step"] == pytest.approx(sum(yields) / len(yields))
         mean = sum(running["step_predictions"]) / len(rest)

@@ -1,5 +1,5 @@
 """The bench counts a step cut by max-new-tokens with its full verified yield (engine/bench.py)."""
-from engine import bench
+from engine import bench, bench_aggregate, bench_predictions, step_yields
 from engine import methods as M
 from engine.models import encode_prompt
 from engine.settings import Settings
@@ -15,7 +15,7 @@ def test_a_cut_last_step_counts_its_full_yield():
     assert r["step_tokens"] == 10 and r["truncated_tokens"] == 3
     assert r["tokens_per_step"] == 5.0                   # the old count said 3.5
     runs = [{**r, "temperature": 0.0, "method": "chain", "key": spec.key, "prompt": 0, "kind": "code"}]
-    entry = bench.aggregate(runs, {0.0: [spec]})[0]
+    entry = bench_aggregate.aggregate(runs, {0.0: [spec]})[0]
     assert entry["tokens_per_step"] == 5.0 and entry["tokens"] == 7 and entry["truncated_tokens"] == 3
     assert entry["by_kind"]["code"]["tokens_per_step"] == 5.0
 
@@ -58,13 +58,13 @@ def test_speed_prediction_compares_the_same_runs_not_medians_of_different_prompt
     measured, predicted = [15.23, 8.51, 9.52], [13.49, 14.34, 9.68]
     runs = [{"tokens": 32, "seconds": 32 / m, "tokens_per_second": m, "predicted_tokens_per_second": p}
             for m, p in zip(measured, predicted)]
-    pooled = bench._speed_prediction_pooled(runs)
+    pooled = bench_predictions.speed_prediction_pooled(runs)
     assert pooled["tokens_per_second_pooled"] == 96 / sum(32 / m for m in measured)
     assert pooled["predicted_tokens_per_second_pooled"] == 96 / sum(32 / p for p in predicted)
     assert [round(e, 3) for e in pooled["predicted_tokens_per_second_error_runs"]] == [0.129, -0.407, -0.017]
     error = pooled["tokens_per_second_pooled"] / pooled["predicted_tokens_per_second_pooled"] - 1
     assert -0.15 < error < -0.14  # the far-off prompt still weighs: its run took the longest
-    assert bench._speed_prediction_pooled([{**runs[0], "predicted_tokens_per_second": None}]) == {}
+    assert bench_predictions.speed_prediction_pooled([{**runs[0], "predicted_tokens_per_second": None}]) == {}
 
 
 def test_profile_goals_use_the_round_by_round_ratios_when_the_profile_has_them():
@@ -84,23 +84,23 @@ def test_profile_goals_use_the_round_by_round_ratios_when_the_profile_has_them()
 
 
 def test_tokens_per_step_interval_is_a_block_bootstrap_of_the_steps():
-    assert bench.yield_interval([[3] * 20, [3] * 8]) == [3.0, 3.0]  # no spread, no uncertainty
-    assert bench.yield_interval([[2]]) is None                      # one block: nothing to resample
+    assert step_yields.yield_interval([[3] * 20, [3] * 8]) == [3.0, 3.0]  # no spread, no uncertainty
+    assert step_yields.yield_interval([[2]]) is None                      # one block: nothing to resample
     import random
     rng = random.Random(1)
     few = [[rng.choice([1, 5]) for _ in range(12)]]
     many = [[rng.choice([1, 5]) for _ in range(400)]]
-    lo, hi = bench.yield_interval(few)
+    lo, hi = step_yields.yield_interval(few)
     assert lo < sum(few[0]) / 12 < hi
-    lo2, hi2 = bench.yield_interval(many)
+    lo2, hi2 = step_yields.yield_interval(many)
     assert lo2 < 3.0 < hi2 and (hi2 - lo2) < (hi - lo) / 3     # 33x the steps: about a sixth as wide
 
 
 def test_interval_over_answers_counts_how_much_answers_differ():
-    assert bench.answer_interval([[3, 3, 3]]) is None                # one answer: nothing to resample
-    assert bench.answer_interval([[3] * 20, [3] * 8]) == [3.0, 3.0]
+    assert step_yields.answer_interval([[3, 3, 3]]) is None                # one answer: nothing to resample
+    assert step_yields.answer_interval([[3] * 20, [3] * 8]) == [3.0, 3.0]
     # two long answers, one easy and one hard: steps look certain, the answers say otherwise
     easy, hard = [5] * 200, [1] * 200
-    lo, hi = bench.answer_interval([easy, hard])
-    block_lo, block_hi = bench.yield_interval([easy, hard])
+    lo, hi = step_yields.answer_interval([easy, hard])
+    block_lo, block_hi = step_yields.yield_interval([easy, hard])
     assert lo == 1.0 and hi == 5.0 and lo < block_lo <= block_hi < hi
