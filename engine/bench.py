@@ -1,7 +1,8 @@
 """Side-by-side measurements of the decoding methods on one pair: tokens/s, tokens/step, speedup
 over autoregressive, predicted vs observed tokens/step, time split, peak memory; as a table,
-JSON and a plot (ARCHITECTURE.md: engine/bench.py; issue 6). This module measures; showing the
-report is engine/bench_report.py, the optional oneDNN linear path is engine/cpu_kernels.py.
+JSON and a plot (ARCHITECTURE.md: engine/bench.py; issue 6). This module measures; a run's
+predictions are engine/bench_predictions.py, its steps' yields engine/step_yields.py, the rows
+engine/bench_aggregate.py, showing the report engine/bench_report.py.
 
 How a run is made (so that the numbers can be trusted and compared):
 - One `Settings` per (temperature, prompt): every method decodes the same prompt with the same
