@@ -78,10 +78,13 @@ def _leaves(parents) -> int:
 
 
 def show_token(text: str, limit: int = MAX_LABEL) -> str:
-    """A token as a short visible label: spaces, newlines and tabs made visible, long ones cut."""
+    """A token as a short visible label: spaces, newlines and tabs made visible, long ones cut, and
+    a lone punctuation mark bracketed (a "," or "." over a node was a speck)."""
     shown = text.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥").replace("\r", "")
     if shown == "":
         shown = "∅"
+    elif len(shown) == 1 and not shown.isalnum() and shown not in "␣⏎⇥":
+        shown = f"‹{shown}›"
     if len(shown) > limit:
         shown = shown[: limit - 1] + "…"
     return shown

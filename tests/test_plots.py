@@ -421,3 +421,11 @@ def test_the_live_chart_shows_the_ranks_the_runs_trees_can_try():
     run.plan.tree = Tree.k_ary_chains(4, 3)
     assert all(list(t.x) == [1, 2, 3, 4] for t in run.acc_fig().data)
     assert len(plots.acceptance_figure(vector.probabilities).data[0].x) == 16   # a vector alone: all its ranks
+
+
+def test_token_labels_are_visible():
+    assert plots.show_token(" is\n") == "␣is⏎"
+    assert plots.show_token("") == "∅"
+    assert plots.show_token(",") == "‹,›" and plots.show_token(".") == "‹.›"   # not a speck over the node
+    assert plots.show_token("a") == "a" and plots.show_token(" ") == "␣"
+    assert plots.show_token("x" * 40).endswith("…")
