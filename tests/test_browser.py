@@ -219,13 +219,14 @@ def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatc
 
 def start_a_slow_run(page, url, monkeypatch) -> None:
     """Open the page and start a Live run that is still going a few seconds later: the tiny pair
-    would finish 400 tokens before a test's next click, so each step waits 0.2 s for its tree."""
+    would finish 400 tokens before a test's next click, so each step waits 0.5 s for its tree (at
+    0.2 s, under a constant extra load, a run could end before a slowed test's next look)."""
     from app.state import Session
     source = Session.tree_source
 
     def slow_steps(self, kind):
         newest = source(self, kind)
-        return lambda: time.sleep(0.2) or newest()
+        return lambda: time.sleep(0.5) or newest()
 
     monkeypatch.setattr(Session, "tree_source", slow_steps)
     open_page(page, url)
