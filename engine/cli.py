@@ -13,9 +13,18 @@ from engine.tree import TreeError
 COMMANDS = ["generate", "plan", "measure", "profile", "bench", "check", "export"]
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """Malformed flags are one `error:` line and exit code 2, like every other bad input (argparse
+    printed its whole usage block first: 18-25 lines above the one that matters)."""
+
+    def error(self, message: str):
+        if "expected one argument" in message:   # e.g. --acceptance -0.1,0.2: taken for a flag
+            message += "; a value that starts with '-' is written --flag=VALUE"
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m engine",
-                                     description="Sequoia Live engine: tree speculative decoding.")
+    parser = OneLineErrors(prog="python -m engine", description="Sequoia Live engine: tree speculative decoding.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         try:

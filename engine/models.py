@@ -141,7 +141,7 @@ def resolve_device(device: str | None) -> torch.device:
     except RuntimeError:
         dev = None
     if dev is None or dev.type not in ("cpu", "cuda", "mps"):   # torch knows meta, xpu, ...: they do not run a pair here
-        raise UserError(f"unknown device '{device}' (use cpu, cuda, cuda:N or mps)")
+        raise UserError(f"unknown device '{device}' (use cpu, cuda, cuda:N, mps or auto)")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError("device 'cuda' asked for, but no CUDA GPU is available here")
     if dev.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
@@ -171,7 +171,7 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
              "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
     if dtype not in table:
-        raise UserError(f"unknown dtype '{dtype}' (use float32, bfloat16 or float16)")
+        raise UserError(f"unknown dtype '{dtype}' (use float32, bfloat16, float16 or auto)")
     return table[dtype]
 
 

@@ -297,9 +297,61 @@ def test_generate_refuses_what_needs_no_models_before_loading_them(tmp_path, cap
                           # another method's options are refused, not ignored
                           (["--prompt", "x", "--method", "chain", "--tree", tree], "--tree runs the given tree"),
                           (["--prompt", "x", "--method", "chain", "--width", "3"], "--width sets SpecInfer's"),
-                          (["--prompt", "x", "--method", "ar", "--width", "3"], "--width sets SpecInfer's")):
+                          (["--prompt", "x", "--method", "ar", "--width", "3"], "--width sets SpecInfer's"),
+                          (["--prompt", "x", "--method", "ar", "--budget", "8"], "--budget shapes a draft tree"),
+                          (["--prompt", "x", "--tree", tree, "--depth", "3"], "leave out --depth")):
         code, err = in_process(capsys, "generate", *extra)
         assert code == 2 and needle in err, (extra, err)
+
+
+def test_other_commands_refuse_what_needs_no_models_before_loading_them(tmp_path, capsys, monkeypatch):
+    """A CLI review found profile --repeats 0 crashing with a traceback after the load, measure,
+    plan and export checking their numbers and output file only after it (by the library's names:
+    "max new tokens" for --tokens-per-prompt, "budget" for --max-budget), and options of another
+    mode ignored with exit code 0 (plan --acceptance with --auto or --temperature, export --method
+    without --format vllm, bench --learning-check-tokens without --learning-check)."""
+    from engine.commands import common, plan, profile
+    for module in (common, plan, profile):
+        monkeypatch.setattr(module, "pair_from_args", lambda args: pytest.fail("the pair was loaded"), raising=False)
+    from engine.commands import measure
+    monkeypatch.setattr(measure, "pair_from_args", lambda args: pytest.fail("the pair was loaded"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    tree = tmp_path / "tree.json"
+    tree.write_text(json.dumps({"parents": [-1, 0, 0, 1]}))
+    for args, needle in ((["profile", "--repeats", "0"], "--repeats must be at least 1 (got 0)"),
+                         (["profile", "--prefix", "-5"], "--prefix must be at least 1"),
+                         (["profile", "--max-budget", "2000"], "--max-budget must be between 1 and 1024"),
+                         (["measure", "--width", "0"], "--width must be between 1 and 64"),
+                         (["measure", "--replay", "--draws", "0"], "--draws must be at least 1"),
+                         (["measure", "--tokens-per-prompt", "0"], "--tokens-per-prompt must be between 1"),
+                         (["measure", "--prompts", tmp_path / "missing"], "No such file or directory"),
+                         (["plan", "--auto", "--max-budget", "-5"], "--max-budget must be between 1 and 256"),
+                         (["plan", "--temperature", "0", "--budget", "2000", "--depth", "4"], "--budget must be"),
+                         (["plan", "--temperature", "0", "--budget", "8", "--depth", "40"], "--depth must be"),
+                         (["plan", "--temperature", "0", "--budget", "8"], "give --budget"),
+                         (["plan", "--auto", "--budget", "8"], "leave out --budget"),
+                         (["plan", "--acceptance", "0.6,0.2", "--budget", "4", "--depth", "3", "--auto"],
+                          "--auto applies to a model pair's plan"),
+                         (["plan", "--acceptance", "0.6,0.2", "--budget", "4", "--depth", "3", "--temperature", "0.7",
+                           "--draft", "x/y"], "--draft, --temperature apply to a model pair's plan"),
+                         (["export", "--format", "json", "--acceptance", "0.6", "--budget", "3", "--depth", "3",
+                           "--method", "eagle"], "--method goes into a vLLM config"),
+                         (["export", "--format", "json", "--tree", tree, "--top-p", "0.5"], "not both"),
+                         (["export", "--format", "json", "--temperature", "0", "--budget", "8", "--depth", "4",
+                           "--out", a_file / "x.json"], "cannot write --out"),
+                         (["bench", "--learning-check-tokens", "5"], "--learning-check-tokens needs --learning-check"),
+                         (["plan", "--acceptance", "-0.1,0.2", "--budget", "3", "--depth", "3"], "--flag=VALUE")):
+        try:
+            code, err = in_process(capsys, *args)
+        except SystemExit as exc:   # argparse's own errors: one line too
+            code, err = exc.code, capsys.readouterr().err
+        assert code == 2 and needle in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, err   # one line, no usage block, no traceback
+    # export's own --draft names the vLLM draft beside a given vector
+    code, err = in_process(capsys, "export", "--format", "vllm", "--acceptance", "0.6", "--budget", "3", "--depth", "3",
+                           "--draft", "org/draft", "--out", tmp_path / "v.json")
+    assert code == 0 and "org/draft" in (tmp_path / "v.json").read_text(), err
 
 
 def test_generate_reads_every_format_export_writes(tmp_path):

@@ -85,9 +85,10 @@ class CheckConfig:
         if self.prompts is not None and (not self.prompts or not all(isinstance(p, str) and p.strip()
                                                                      for p in self.prompts)):
             raise UserError("the check needs at least one non-empty prompt")
-        for name, value, low, high in (("num_prompts", self.num_prompts, 1, 100),
-                                       ("greedy_tokens", self.greedy_tokens, 1, 1024),
-                                       ("prefixes", self.prefixes, 1, 32), ("kv_steps", self.kv_steps, 1, 64)):
+        # said in words (the CLI's flags and the page's fields name them alike; "num_prompts" neither)
+        for name, value, low, high in (("the number of prompts", self.num_prompts, 1, 100),
+                                       ("greedy tokens per prompt", self.greedy_tokens, 1, 1024),
+                                       ("prefixes", self.prefixes, 1, 32), ("KV steps", self.kv_steps, 1, 64)):
             if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
                 raise UserError(f"{name} must be an integer between {low} and {high} (got {value!r})")
         if self.samples is not None and (not isinstance(self.samples, int) or isinstance(self.samples, bool)

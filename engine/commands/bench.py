@@ -16,6 +16,7 @@ from engine import bench, bench_report
 from engine.commands.common import add_pair_args, pair_from_args, read_prompt_set, read_prompts, writable
 from engine.errors import UserError
 from engine.prompts import Prompt
+from engine.wording import plural
 
 
 def register(sub) -> None:
@@ -155,6 +156,11 @@ def _mix(text: str, prompts: list[Prompt], source: str) -> dict[str, int]:
 
 
 def config_from_args(args) -> bench.BenchConfig:
+    if not getattr(args, "learning_check", False):   # a learning check's numbers without one: minutes of a
+        given = [f"--learning-check-{name}" for name in ("tokens", "after", "prompts")   # default bench
+                 if getattr(args, f"learning_check_{name}", None) is not None]
+        if given:
+            raise UserError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --learning-check")
     base = bench.BenchConfig(**bench.QUICK) if args.quick else bench.BenchConfig()
     changes = {}
     if args.temperatures is not None:
@@ -245,7 +251,7 @@ def run(args) -> int:
         baseline = pair_from_args(args)  # a second copy of the models, on PyTorch's own kernels
     report = bench.run_bench(pair, prompts, config, baseline_pair=baseline)
     report["prompt_source"] = prompt_source
-    print(f"{report['pair']['draft']} -> {report['pair']['target']}; {len(prompts)} prompts, "
+    print(f"{report['pair']['draft']} -> {report['pair']['target']}; {plural(len(prompts), 'prompt')}, "
           f"{config.max_new_tokens} new tokens each; {bench_report.format_machine(report)}")
     print(bench_report.format_table(report))
     costs_line = bench_report.format_observed_costs(report)

@@ -44,9 +44,10 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_new_tokens: int = 64)
     g = parser.add_argument_group("sampling")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (transformers' top_k, applied after temperature, before top-p); 0 = off")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1 = off)")
+    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens,
+                   help=f"tokens to generate at most (default {max_new_tokens})")
+    g.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0): a seed repeats its text")
     g.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-sequence tokens")
     g.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap prompts in the tokenizer's chat template (default: on when it has one)")
@@ -74,7 +75,7 @@ def read_prompts(path: str | None) -> list[str]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read prompts file {path}: {exc}") from None
+        raise UserError(f"cannot read prompts file {path}: {getattr(exc, 'strerror', None) or exc}") from None
     prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
     if not prompts:
         raise UserError(f"prompts file {path} has no prompts")
@@ -86,10 +87,19 @@ def read_prompt_set(path: str) -> list[Prompt]:
     try:
         prompts = prompt_set(path)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise UserError(f"cannot read prompt set {path}: {exc!r}") from None
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        raise UserError(f"cannot read prompt set {path}: {reason}") from None
     if not prompts:
         raise UserError(f"prompt set {path} has no prompts")
     return prompts
+
+
+def check_flag(value: int, flag: str, low: int, high: int | None = None, unit: str = "") -> None:
+    """A number flag checked by its own name before the pair loads (the library's message names
+    the quantity, "max new tokens", not the flag the user typed, and comes after the load)."""
+    if value < low or (high is not None and value > high):
+        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
+        raise UserError(f"{flag} must be {bounds}{unit} (got {value})")
 
 
 def print_json(obj) -> None:

@@ -14,6 +14,7 @@ from engine import export
 from engine.commands import plan
 from engine.errors import UserError
 from engine.tree import Tree
+from engine.wording import plural
 
 
 def register(subparsers) -> None:
@@ -30,9 +31,10 @@ def register(subparsers) -> None:
     plan.add_plan_pair_args(p.add_argument_group("model pair (when neither --acceptance nor --tree is given; as in "
                                                   "`plan`; --draft is also the vLLM draft id)"))
     v = p.add_argument_group("vllm format")
-    v.add_argument("--method", default="draft_model", choices=export.VLLM_METHODS,
-                   help="vLLM speculation method written to speculative_config")
-    v.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs vLLM shards the target over")
+    v.add_argument("--method", default=None, choices=export.VLLM_METHODS,
+                   help="vLLM speculation method written to speculative_config (default draft_model)")
+    v.add_argument("--tensor-parallel-size", type=int, default=None,
+                   help="GPUs vLLM shards the target over (default 1)")
     p.set_defaults(func=run)
 
 
@@ -42,9 +44,11 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
     draft, target = (None if x in (None, DEFAULT) else x for x in (args.draft, args.target))
     if args.tree:
-        if args.acceptance is not None or args.temperature is not None or args.auto or (args.budget, args.depth) != (None, None):
-            raise UserError("give either --tree FILE or plan options (--acceptance/--budget/--depth/"
-                            "--temperature/--auto), not both")
+        planning = [f"--{name.replace('_', '-')}" for name, default in
+                    {"acceptance": None, "budget": None, "depth": None, **plan.PAIR_ONLY}.items()
+                    if name not in ("draft", "target") and getattr(args, name, default) != default]
+        if planning:   # --draft and --target name the models a vllm config serves
+            raise UserError(f"give either --tree FILE or plan options ({', '.join(planning)}), not both")
         try:
             data = Path(args.tree).read_bytes()
         except OSError as exc:
@@ -52,7 +56,7 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
         return export.import_tree(data, name=args.tree), draft, target
     if plan.uses_pair(args):
         return _pair_tree(args)
-    acceptance = plan.acceptance_from_args(args)
+    acceptance = plan.acceptance_from_args(args, allowed=("draft", "target"))
     budget, depth = plan._budget_depth(args)
     return Tree(tuple(plan.plan_result(acceptance, budget, depth)["parents"])), draft, target
 
@@ -67,6 +71,15 @@ def _pair_tree(args) -> tuple[Tree, str, str]:
 def run(args: argparse.Namespace) -> int:
     if args.format == "growmap" and not args.out:
         raise UserError("growmap is a binary .pt file: give --out FILE.pt")
+    from engine.commands.common import writable   # (it imports the models module, which loads torch)
+    vllm_only = [flag for flag, value in (("--method", args.method), ("--tensor-parallel-size",
+                                                                      args.tensor_parallel_size)) if value is not None]
+    if vllm_only and args.format != "vllm":
+        raise UserError(f"{' and '.join(vllm_only)} go{'es' if len(vllm_only) == 1 else ''} into a vLLM config: "
+                        f"give --format vllm, or leave {'it' if len(vllm_only) == 1 else 'them'} out")
+    args.method = args.method or "draft_model"
+    args.tensor_parallel_size = 1 if args.tensor_parallel_size is None else args.tensor_parallel_size
+    out = writable(args.out, "--out")   # before a plan that may load the pair and measure
     tree, draft, target = tree_from_args(args)
     options = {}
     if args.format == "vllm":
@@ -75,12 +88,13 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "vllm":
         for note in export.vllm_notes(tree, args.method):
             print(f"note: {note}", file=sys.stderr)
-    if args.out:
+    if out is not None:
         try:
-            Path(args.out).write_bytes(data if isinstance(data, bytes) else (data + "\n").encode())
+            out.write_bytes(data if isinstance(data, bytes) else (data + "\n").encode())
         except OSError as exc:
             raise UserError(f"cannot write --out {args.out}: {exc.strerror}") from None
-        print(f"wrote {args.format} tree ({tree.size} nodes, {tree.depth} levels) to {args.out}", file=sys.stderr)
+        print(f"wrote {args.format} tree ({plural(tree.size, 'node')}, {plural(tree.depth, 'level')}) to {out}",
+              file=sys.stderr)
     else:
         print(data)
     return 0

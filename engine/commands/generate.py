@@ -14,6 +14,7 @@ from engine.errors import UserError
 from engine.models import encode_prompt, prompt_is_blank
 from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, check_shape
 from engine.tree import Tree
+from engine.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text with one decoding method")
     add_pair_args(p)
-    p.add_argument("--prompt", required=True)
+    p.add_argument("--prompt", required=True, help="the text to continue (wrapped in the chat template, see --chat)")
     p.add_argument("--method", choices=methods.METHOD_NAMES, default="sequoia")
     p.add_argument("--budget", type=int, default=None,
                    help="Sequoia tree size in nodes, the root included (default 16); for chain and specinfer "
@@ -58,6 +59,10 @@ def spec_from_args(args) -> MethodSpec:
     if args.width is not None and args.method != "specinfer":
         raise UserError(f"--width sets SpecInfer's chains; it does not apply to --method {args.method}")
     if args.method == "ar":
+        given = [flag for flag, value in (("--budget", args.budget), ("--depth", args.depth)) if value is not None]
+        if given:
+            raise UserError(f"{' and '.join(given)} shape{'s' if len(given) == 1 else ''} a draft tree; "
+                            "autoregressive decoding (--method ar) drafts none")
         return MethodSpec("ar", 1, 1)
     if args.method in ("chain", "specinfer"):
         depth = 5 if depth is None else depth
@@ -66,7 +71,7 @@ def spec_from_args(args) -> MethodSpec:
         size = 1 + width * (depth - 1)
         if size > MAX_BUDGET:   # named as the tree's size: no budget of the user's is exceeded
             raise UserError(f"{args.method} of depth {depth}" + (f" and width {width}" if width > 1 else "")
-                            + f" has {size} nodes, more than the {MAX_BUDGET} a tree may have")
+                            + f" has {size} nodes, more than the {MAX_BUDGET} a planned tree may have")
         spec = MethodSpec(args.method, size if args.budget is None else args.budget, depth,
                           width=width if args.method == "specinfer" else None)
         spec.check()   # a tree larger than --budget is refused as the app refuses it: before the pair loads
@@ -74,6 +79,9 @@ def spec_from_args(args) -> MethodSpec:
     if args.tree:
         if args.auto:
             raise UserError("--auto plans the tree itself: leave out --tree")
+        if depth is not None:
+            raise UserError("--tree runs the tree as it is: leave out --depth (--budget, if given, is an "
+                            "upper bound its size must fit)")
         tree = load_tree_file(args.tree)
         if args.budget is not None and tree.size > args.budget:
             raise UserError(f"the tree in {args.tree} has {tree.size} nodes, more than --budget {args.budget}")
@@ -107,6 +115,14 @@ def record_costs(pair, events, settings, others_share: float | None = None) -> N
         observed.record_run(profiler.profile_key(pair), profiler.cached_profile(pair), events, not settings.greedy)
     except OSError as exc:  # a read-only cache must not fail the run
         log.warning("could not record observed step costs: %s", exc)
+
+
+def summary_line(label: str, last, sample: int | None = None) -> str:
+    """One run's summary on stderr (each sample its own: the first one's read as the whole run's)."""
+    which = f"sample {sample + 1}, " if sample is not None else ""
+    return (f"[{which}{label}: {plural(last.total_tokens, 'token')} in {plural(last.total_steps, 'step')}, "
+            f"{last.tokens_per_step:.2f} tokens/step, {last.tokens_per_second:.1f} tokens/s, "
+            f"finished by {last.finish_reason}]")
 
 
 def load_tree_file(path: str) -> Tree:
@@ -148,6 +164,7 @@ def run(args) -> int:
         if not args.json:
             answer = events[-1].answer
             print(answer if args.num_samples == 1 else f"--- sample {i + 1}\n{answer}")
+            print(summary_line(method.label, events[-1], i if args.num_samples > 1 else None), file=sys.stderr)
     last = first_events[-1]
     if args.json:
         out = {"method": method.name, "label": method.label, "tree": list(method.tree.parents),
@@ -166,8 +183,4 @@ def run(args) -> int:
             out["auto_bounds"] = {"budget": SEQUOIA_BUDGET if args.budget is None else args.budget,
                                   "depth": 8 if args.depth is None else args.depth}
         print_json(out)
-    else:
-        print(f"[{method.label}: {last.total_tokens} tokens in {last.total_steps} steps, "
-              f"{last.tokens_per_step:.2f} tokens/step, {last.tokens_per_second:.1f} tokens/s, "
-              f"finished by {last.finish_reason}]", file=sys.stderr)
     return 0

@@ -3,22 +3,25 @@ with a star, or by replay (engine/replay.py: thousands of positions in minutes),
 domain (code / prose)."""
 from __future__ import annotations
 
-from engine.commands.common import add_pair_args, pair_from_args, print_json, read_prompt_set, read_prompts
+from engine.commands.common import (add_pair_args, check_flag, pair_from_args, print_json, read_prompt_set,
+                                    read_prompts)
 from engine.errors import UserError
 from engine.profiler import measure_acceptance, save_acceptance
 from engine.domains import differ, pooled_vector
 from engine.replay import DRAWS, replay_acceptance
-from engine.settings import Settings
+from engine.settings import MAX_NEW_TOKENS, Settings
+from engine.wording import plural
 
 
 def register(sub) -> None:
     p = sub.add_parser("measure", help="measure the pair's acceptance vector at a temperature")
     add_pair_args(p)
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (transformers' top_k, applied after temperature, before top-p); 0 = off")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--width", type=int, default=16, help="children of the star tree (ranks measured)")
-    p.add_argument("--sampler", choices=["sequoia", "specinfer"], default="sequoia")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1 = off)")
+    p.add_argument("--width", type=int, default=16, help="children of the star tree (ranks measured; default 16, at most 64)")
+    p.add_argument("--sampler", choices=["sequoia", "specinfer"], default="sequoia",
+                   help="the verifier whose acceptance is measured (default sequoia)")
     p.add_argument("--prompts", default=None, help="one prompt per line (\\n = newline); default: assets/prompts.json")
     p.add_argument("--prompt-set", default=None, metavar="JSON",
                    help="a JSON prompt set with a kind per prompt, e.g. assets/measurement-prompts.json")
@@ -26,10 +29,11 @@ def register(sub) -> None:
                    help="with --prompt-set: one vector per prompt kind (code, prose) and the pooled one, all cached")
     p.add_argument("--replay", action="store_true",
                    help="decode each answer once, then replay the star's verifier at every position (engine/replay.py)")
-    p.add_argument("--draws", type=int, default=DRAWS, help="with --replay: verifier replays per position at T > 0")
-    p.add_argument("--tokens-per-prompt", type=int, default=48)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--draws", type=int, default=DRAWS,
+                   help=f"with --replay: verifier replays per position at T > 0 (default {DRAWS})")
+    p.add_argument("--tokens-per-prompt", type=int, default=48, help="tokens decoded per prompt (default 48)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled answers and draws (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
 
@@ -51,6 +55,10 @@ def _groups(args) -> list[tuple[str, list[str]]]:
 
 
 def run(args) -> int:
+    # what needs no models is refused before the pair loads, by the flags' own names
+    check_flag(args.width, "--width", 1, 64)
+    check_flag(args.draws, "--draws", 1)
+    check_flag(args.tokens_per_prompt, "--tokens-per-prompt", 1, MAX_NEW_TOKENS)
     Settings(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.tokens_per_prompt,
              seed=args.seed)
     groups = _groups(args)
@@ -77,7 +85,8 @@ def run(args) -> int:
                    else vectors[0].to_dict())
         return 0
     for vec in vectors:
-        print(f"{vec.domain or 'pooled'}: {vec.positions} positions over {vec.prompts} prompts in {vec.seconds:.1f} s "
+        print(f"{vec.domain or 'pooled'}: {plural(vec.positions, 'position')} over {plural(vec.prompts, 'prompt')} in "
+              f"{vec.seconds:.1f} s "
               f"({vec.method}, {vec.sampler}, T={vec.temperature}, top-k={vec.top_k}, top-p={vec.top_p}); "
               f"cached at {vec.source}")
         counted = sum(1 for row in vec.prompt_counts if row[0] > 0)

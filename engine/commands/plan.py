@@ -13,6 +13,7 @@ import time
 from engine.errors import UserError
 from engine.planner import PlanTable, parse_acceptance
 from engine.tree import Tree
+from engine.wording import plural
 
 TIME_DP_DEFAULTS = (256, 16, 32)  # budget, depth, width used by --time-dp when not given
 
@@ -36,26 +37,45 @@ def add_plan_pair_args(g) -> None:
     from engine.commands.common import add_kernel_arg
     g.add_argument("--draft", default=None, help="draft model (default: the embedded pair)")
     g.add_argument("--target", default=None, help="target model (default: the embedded pair)")
-    g.add_argument("--device", default="auto")
-    g.add_argument("--dtype", default="auto")
-    g.add_argument("--target-device-map", default=None, help="accelerate device map for the target")
-    g.add_argument("--draft-device-map", default=None)
-    g.add_argument("--max-memory", default=None, help="e.g. gpu0=20GiB,cpu=60GiB")
-    g.add_argument("--offload-folder", default=None)
+    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
+    g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
+    g.add_argument("--target-device-map", default=None,
+                   help="accelerate device map for the target: auto, balanced, sequential or a JSON file")
+    g.add_argument("--draft-device-map", default=None, help="the same for the draft (default: one device)")
+    g.add_argument("--max-memory", default=None, help="per-device limits for device maps, e.g. gpu0=20GiB,cpu=60GiB")
+    g.add_argument("--offload-folder", default=None, help="where a device map may offload weights to disk")
     add_kernel_arg(g)
     g.add_argument("--temperature", type=float, default=None, help="use the pair's vector measured at this temperature")
     g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (transformers' top_k, applied after temperature, before top-p); 0 = off")
-    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1 = off)")
     g.add_argument("--prompts", default=None, help="prompts file for measuring the vector if not cached")
     g.add_argument("--for-prompt", default=None, metavar="TEXT",
                    help="plan for this prompt: its domain's (code/prose) vector where they differ (engine/domains.py)")
     g.add_argument("--auto", action="store_true",
                    help="hardware-aware: choose budget and depth from this device's measured profile")
-    g.add_argument("--max-budget", type=int, default=128, help="--auto searches budgets up to this")
+    g.add_argument("--max-budget", type=int, default=MAX_BUDGET_DEFAULT,
+                   help=f"--auto searches budgets up to this (default {MAX_BUDGET_DEFAULT})")
 
 
-def acceptance_from_args(args) -> list[float]:
+MAX_BUDGET_DEFAULT = 128
+# the pair options and the defaults they have when not given: with --acceptance they would be
+# ignored (a plan from a given vector reads no pair), so one given is refused
+PAIR_ONLY = {"draft": None, "target": None, "temperature": None, "top_k": 0, "top_p": 1.0, "prompts": None,
+             "for_prompt": None, "auto": False, "max_budget": MAX_BUDGET_DEFAULT, "device": "auto",
+             "dtype": "auto", "target_device_map": None, "draft_device_map": None, "max_memory": None,
+             "offload_folder": None, "cpu_kernels": "fast", "draft_weights": "auto", "draft_head_tokens": None}
+
+
+def acceptance_from_args(args, allowed: tuple[str, ...] = ()) -> list[float]:
+    """The vector given with --acceptance; `allowed`: pair options the caller reads for something
+    else (export's --draft and --target name the models a vLLM config serves)."""
     if getattr(args, "acceptance", None) is not None:
+        given = [f"--{name.replace('_', '-')}" for name, default in PAIR_ONLY.items()
+                 if name not in allowed and getattr(args, name, default) != default]
+        if given:
+            raise UserError(f"--acceptance plans from the vector given; {', '.join(given)} "
+                            f"appl{'ies' if len(given) == 1 else 'y'} to a model pair's plan: leave "
+                            f"{'it' if len(given) == 1 else 'them'} out, or leave out --acceptance")
         return parse_acceptance(args.acceptance)
     raise UserError("give --acceptance or a model pair with --temperature")
 
@@ -128,6 +148,26 @@ def uses_pair(args) -> bool:
     return args.acceptance is None and (args.temperature is not None or args.auto or args.draft or args.target)
 
 
+def _pair_shape(args) -> None:
+    """A pair's plan's budget and depth, by the flags' names: the planner's own check came after
+    the load and named "budget" for --max-budget."""
+    from engine.commands.common import check_flag
+    from engine.planning import MAX_BUDGET, MAX_DEPTH
+    if args.auto:
+        check_flag(args.max_budget, "--max-budget", 1, MAX_BUDGET, " nodes, the root included")
+        if args.budget is not None:
+            raise UserError("--auto chooses the budget itself, up to --max-budget: leave out --budget")
+    elif args.budget is None or args.depth is None:
+        raise UserError("give --budget (nodes, root included) and --depth (levels, root included), or --auto")
+    else:
+        check_flag(args.budget, "--budget", 1, MAX_BUDGET, " nodes, the root included")
+    if args.depth is not None:
+        check_flag(args.depth, "--depth", 1, MAX_DEPTH, " levels, the root included")
+    budget = args.max_budget if args.auto else args.budget
+    if budget > 1 and args.depth is not None and args.depth < 2:
+        raise UserError("a tree with more than one node needs --depth of at least 2 (the root is level 1)")
+
+
 def plan_with_pair(args):
     """(PlanResult, pair): the pair's acceptance vector (cached, or measured now), then DP or hardware-aware."""
     from engine.commands.common import pair_from_args, read_prompts
@@ -138,8 +178,7 @@ def plan_with_pair(args):
     settings = Settings(temperature=0.0 if args.temperature is None else args.temperature, top_p=args.top_p,
                         top_k=args.top_k)
     prompts = read_prompts(args.prompts) if args.prompts else None
-    if not args.auto:
-        _budget_depth(args)
+    _pair_shape(args)   # before the pair's half a minute of loading
     args.draft, args.target = args.draft or DEFAULT, args.target or DEFAULT
     pair = pair_from_args(args)
     if args.auto:
@@ -154,7 +193,8 @@ def run_with_pair(args) -> int:
     result = plan.summary()
     result.update(max_depth=args.depth, temperature=0.0 if args.temperature is None else args.temperature,
                   top_p=args.top_p, top_k=args.top_k)
-    if plan.choice is not None:
+    if plan.choice is not None:   # the bounds searched, then the choice in budget and max_depth
+        result["auto_bounds"] = {"budget": args.max_budget, "depth": args.depth or 16}
         result.update(budget=plan.choice.n, max_depth=plan.choice.d,
                       predicted_tokens_per_step=plan.choice.predicted_tokens_per_step,
                       predicted_tokens_per_second=plan.choice.predicted_tokens_per_second,
@@ -172,7 +212,7 @@ def run_with_pair(args) -> int:
         c = plan.choice
         print(f"hardware-aware choice on {pair.device}: n={c.n}, d={c.d}; predicted {c.predicted_tokens_per_step:.2f} "
               f"tokens/step, {c.predicted_tokens_per_second:.2f} tokens/s, {c.predicted_speedup:.2f}x over autoregressive")
-    print(f"tree: {plan.tree.size} nodes, {plan.tree.depth} levels, widths {plan.tree.level_widths}; "
+    print(f"tree: {plural(plan.tree.size, 'node')}, {plural(plan.tree.depth, 'level')}, widths {plan.tree.level_widths}; "
           f"expected tokens/step {plan.expected_tokens:.3f}")
     print(draw(plan.tree, acc.probabilities))
     return 0
@@ -191,7 +231,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     tree = Tree(tuple(result["parents"]))
     print(f"acceptance: {', '.join(f'{a:g}' for a in acceptance)}")
-    print(f"budget {budget} nodes, at most {depth} levels -> tree with {tree.size} nodes, {tree.depth} levels")
+    print(f"budget {plural(budget, 'node')}, at most {plural(depth, 'level')} -> tree with "
+          f"{plural(tree.size, 'node')}, {plural(tree.depth, 'level')}")
     print(f"level widths: {result['levels']}")
     print(f"expected tokens per step: {result['expected_tokens']:.4f}")
     print(draw(tree, acceptance))

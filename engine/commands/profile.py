@@ -3,20 +3,22 @@ forward cost per width on this device (ALGORITHM.md §4)."""
 from __future__ import annotations
 
 import json
+import sys
 
 from engine.commands import synthetic
-from engine.commands.common import add_pair_args, pair_from_args, print_json, writable
+from engine.commands.common import add_pair_args, check_flag, pair_from_args, print_json, writable
 from engine.errors import UserError
 from engine.paths import write_atomic
-from engine.profiler import drop_page_cache, profile_device, save_profile
+from engine.profiler import cached_profile, drop_page_cache, profile_device, save_profile
 
 
 def register(sub) -> None:
     p = sub.add_parser("profile", help="measure t(n) and draft cost on this device")
     add_pair_args(p)
-    p.add_argument("--max-budget", type=int, default=64, help="largest tree (tokens) timed")
-    p.add_argument("--prefix", type=int, default=128, help="tokens of KV prefix under the tree")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--max-budget", type=int, default=64, help="largest tree (tokens) timed (default 64, at most 1024)")
+    p.add_argument("--prefix", type=int, default=128, help="tokens of KV prefix under the tree (default 128)")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="rounds timed per size (default 5; more are added while the timings disagree)")
     p.add_argument("--drop-page-cache", action="store_true",
                    help="before each timed target forward, drop Linux's page cache (root only), so weights "
                         "offloaded to disk are read from disk as if they did not fit in RAM; the profile is "
@@ -34,14 +36,24 @@ def run(args) -> int:
         # a pair's own plans come from its measured acceptance: `python -m engine plan`
         raise UserError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --synthetic (random-weight "
                         "models); for a model pair, `python -m engine plan` plans from its measured acceptance")
+    check_flag(args.max_budget, "--max-budget", 1, 1024)
+    check_flag(args.prefix, "--prefix", 1)
+    check_flag(args.repeats, "--repeats", 1)
     out = writable(args.out, "--out")
     pair = pair_from_args(args)
+    replaced = cached_profile(pair)
     before = drop_page_cache if args.drop_page_cache else None
     if before is not None:
         drop_page_cache()  # fails here, before any timing, where it is not allowed
     prof = profile_device(pair, max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats,
                           before_target_forward=before)
     prof.source = str(save_profile(pair, prof))
+    if replaced is not None and max(replaced.target_seconds) > max(prof.target_seconds):
+        # plans read the cached profile; the app times it again where a plan needs more sizes
+        print(f"note: this profile (trees up to {max(prof.target_seconds)} nodes) replaced a cached one that "
+              f"timed up to {max(replaced.target_seconds)}; plans past {max(prof.target_seconds)} nodes "
+              "extrapolate t(n) until a larger one is timed (the app times one when it loads the pair)",
+              file=sys.stderr)
     if out is not None:  # a copy to keep beside a benchmark; plans read the cached one
         try:
             write_atomic(out, json.dumps(prof.to_dict(), indent=1) + "\n")
