@@ -256,3 +256,13 @@ def test_one_bfloat16_step_near_an_even_pair_is_not_a_failed_commit():
     tv = 0.5 * float((torch.softmax(got.double(), -1) - torch.softmax(fresh.double(), -1)).abs().sum())
     assert tv > check.KV_TOLERANCE[torch.bfloat16]
     assert float((got - fresh).abs().max()) / rounding_step(20.125, torch.bfloat16) == 1.0
+
+
+def test_the_estimate_names_samples_only_where_sampling_runs():
+    """`check --sections structure,greedy` printed "N = 30 samples per method and setting"."""
+    from engine.check.report import CheckEstimate
+    timings = {"sample_step_seconds": {"sequoia": 0.1}, "target_token_seconds": 0.05}
+    greedy = CheckEstimate(10.0, {"greedy": 8.0, "structure": 2.0}, 30, True, timings, 0.1)
+    assert "N = " not in greedy.message() and "greedy" in greedy.message()
+    both = CheckEstimate(20.0, {"greedy": 8.0, "sampling": 12.0}, 30, True, timings, 0.1)
+    assert "N = 30 samples per method and setting (auto)" in both.message()

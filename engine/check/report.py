@@ -30,8 +30,11 @@ class CheckEstimate:
         parts = ", ".join(f"{k} {duration_text(v)}" for k, v in self.sections.items())
         step = self.timings.get("sample_step_seconds", {})
         step_txt = ", ".join(f"{k} {v:.2g} s" for k, v in step.items())
-        return (f"estimated time: about {duration_text(self.seconds)} ({parts}); N = {self.samples} samples per "
-                f"method and setting{' (auto)' if self.samples_auto else ''}; one speculative step: {step_txt}; "
+        # N and a sampling step only where the sampling section runs (a greedy check printed N = 30)
+        sampling = ("sampling" in self.sections
+                    and f"N = {self.samples} samples per method and setting{' (auto)' if self.samples_auto else ''}; "
+                    f"one speculative step: {step_txt}; ") or ""
+        return (f"estimated time: about {duration_text(self.seconds)} ({parts}); {sampling}"
                 f"one target token: {self.timings.get('target_token_seconds', 0):.2g} s")
 
     def to_dict(self) -> dict:
