@@ -204,10 +204,10 @@ def run_with_pair(args) -> int:
         print_json(result)
         return 0
     acc = plan.acceptance
-    print(f"acceptance ({acc.sampler}, T={acc.temperature}, top-k={acc.top_k}, top-p={acc.top_p}, {acc.positions} positions, "
-          f"{plan.domain or 'pooled'} vector, {acc.source}): "
+    print(f"acceptance ({acc.sampler}, T={acc.temperature}, top-k={acc.top_k}, top-p={acc.top_p}, "
+          f"{plan.domain or 'pooled'} vector): "
           f"{', '.join(f'{a:.3f}' for a in acc.probabilities[:8])}{' ...' if len(acc.probabilities) > 8 else ''}")
-    print(f"  ({plan.acceptance_note})")
+    print(f"  ({plan.acceptance_note})")   # where it came from: its file, positions, pooling
     if plan.choice is not None:
         c = plan.choice
         print(f"hardware-aware choice on {pair.device}: n={c.n}, d={c.d}; predicted {c.predicted_tokens_per_step:.2f} "
