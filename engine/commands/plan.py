@@ -20,10 +20,13 @@ TIME_DP_DEFAULTS = (256, 16, 32)  # budget, depth, width used by --time-dp when 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("plan", help="optimal Sequoia tree for an acceptance vector",
-                              description="Solve the Sequoia tree DP for a measured acceptance vector.")
+                              description="Solve the Sequoia tree DP for an acceptance vector: one given with "
+                                          "--acceptance (no models), or a model pair's measured one (--temperature, "
+                                          "--auto: the device's profile picks budget and depth).")
     p.add_argument("--acceptance", help="comma-separated P(rank 1), P(rank 2), ... e.g. 0.6,0.2,0.1")
-    p.add_argument("--budget", type=int, help="tree nodes, root included")
-    p.add_argument("--depth", type=int, help="max levels, root included")
+    p.add_argument("--budget", type=int, help="tree nodes, root included (needed, except with --auto or --time-dp)")
+    p.add_argument("--depth", type=int, help="max levels, root included (needed, except with --auto: 16, "
+                                             "or --time-dp)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_plan_pair_args(p.add_argument_group("model pair (when --acceptance is not given)"))
     p.add_argument("--time-dp", action="store_true",
