@@ -52,13 +52,27 @@ def _placement_text(where: dict | None) -> str:
                       for dev, n in sorted(where.items(), key=lambda kv: str(kv[0])))
 
 
+def _untied_words(roles: list[str]) -> str:
+    """Why a count reads above the name's size: Qwen2.5 0.5B ties its head to its embedding (494M),
+    the embedded pair's GGUF files store a head of their own (630.2M as loaded)."""
+    if not roles:
+        return ""
+    if len(roles) == 1:
+        heads = f"the {roles[0]}'s output head is a matrix of its own"
+    else:
+        heads = "both models' output heads are matrices of their own"
+    return (f"Parameters as loaded: {heads}, not tied to the embedding, so each counts beside it "
+            "(a model's name often gives its size with a tied head, counted once).\n\n")
+
+
 def pair_markdown(info: dict | None, loading: bool = False) -> str:
     if info is None:
         return "Loading the model pair… (progress in the header)" if loading else "No pair loaded."
     text = (f"| | model | parameters |\n|---|---|---|\n"
             f"| draft | `{info['draft']}` | {render.human_count(info.get('draft_parameters'))} |\n"
             f"| target | `{info['target']}` | {render.human_count(info.get('target_parameters'))} |\n\n"
-            f"device **{info['device']}** · dtype **{info['dtype']}** · context {info.get('context_limit')} "
+            + _untied_words(info.get("untied_heads") or [])
+            + f"device **{info['device']}** · dtype **{info['dtype']}** · context {info.get('context_limit')} "
             f"tokens · vocabulary {info.get('vocab_size')}")
     kernels = info.get("kernels") or {}
     if info.get("cpu_kernels") == "fast":

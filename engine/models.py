@@ -65,8 +65,13 @@ class ModelPair:
         def count(role):  # packed CPU weights live outside parameters()
             model = getattr(self, role)
             return sum(p.numel() for p in model.parameters()) + self.cpu_kernels.get(role, {}).get("packed_parameters", 0)
+        def untied(role):  # its output head is a matrix of its own, counted beside the embedding
+            config = getattr(self, role).config
+            config = config.get_text_config() if hasattr(config, "get_text_config") else config
+            return getattr(config, "tie_word_embeddings", True) is False
         return {"draft": self.draft_name, "target": self.target_name,
                 "draft_parameters": count("draft"), "target_parameters": count("target"),
+                "untied_heads": [role for role in ("draft", "target") if untied(role)],
                 "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
                 "context_limit": self.context_limit, "vocab_size": self.vocab_size,
                 "target_device_map": _summarise_map(self.target), "draft_device_map": _summarise_map(self.draft),

@@ -283,3 +283,18 @@ def test_top_k_on_the_command_line_and_in_the_check():
     logits = torch.randn(40)
     torch.testing.assert_close(reference_distribution(logits, 0.7, 0.9, 5),
                                sampling.target_distribution(logits, 0.7, 0.9, 5))
+
+
+def test_the_models_tab_says_why_an_untied_head_counts_apart():
+    """The embedded pair read "630.2M" beside a "0.5b" name: its GGUF files keep an output head of
+    their own, untied from the embedding, and the count says so."""
+    from app.models_tab import pair_markdown
+    info = {"draft": "d", "target": "t", "draft_parameters": 630_200_000, "target_parameters": 1_800_000_000,
+            "device": "cpu", "dtype": "float32"}
+    assert "output head" not in pair_markdown({**info, "untied_heads": []})
+    assert "the draft's output head is a matrix of its own" in pair_markdown({**info, "untied_heads": ["draft"]})
+    assert "both models' output heads" in pair_markdown({**info, "untied_heads": ["draft", "target"]})
+    pair = tiny_pair("llama")
+    untied, tied = copy.deepcopy(pair.draft), copy.deepcopy(pair.target)
+    untied.config.tie_word_embeddings, tied.config.tie_word_embeddings = False, True
+    assert dataclasses.replace(pair, draft=untied, target=tied).describe()["untied_heads"] == ["draft"]
