@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from engine import answer_drift, domains, interpolation, learning, observed, profiler, prompt_memory
 from engine import methods as methods_mod
+from engine.wording import plural
 from engine.errors import UserError
 from engine.planner import Choice, CostCurve, PlanTable, choose_shape, step_seconds
 from engine.settings import Settings
@@ -554,7 +555,7 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
                    "store": str(learning.learned_path(key))}  # not "path": gradio_client would fetch it as a file
         if stored.nodes > 0:
             vec = learning.with_stored(vec, stored)
-            note += f"; pooled with {int(stored.nodes)} positions learned over {stored.runs} runs"
+            note += f"; pooled with {int(stored.nodes)} positions learned over {plural(stored.runs, 'run')}"
     remembered = None   # a prompt run before: the DP plans from, and every method predicts by, its posterior
     if counts_memory and vec is not None:
         remembered = _remembered(pair, vec, base, domain, settings, prompt_ids, memory, own_read)

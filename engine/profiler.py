@@ -470,9 +470,15 @@ def profile_device(pair: ModelPair, max_budget: int = 64, max_width: int | None 
 
     def each_round(k):  # k: the round just finished (0: the warm-up)
         if progress:
+            extra = max(max_repeats - repeats, 0)
             step = ("warm-up" if k < 0 else "timing" if k == 0
-                    else f"{k} rounds timed ({repeats} to {max(repeats, max_repeats)})")
-            progress(min(k + 1, repeats + 1) / (repeats + 1) * 0.9, f"profiling forwards ({sizes}): {step}")
+                    else f"{k} of {repeats} rounds timed" if k <= repeats
+                    else f"{k} rounds timed: they disagree, so more (up to {repeats + extra})")
+            # the rounds asked for fill 0-75 %, the extra ones (while repeats disagree) 75-90 %: a
+            # bar at 90 % for a minute and a half read as stuck
+            done = (min(k + 1, repeats + 1) / (repeats + 1) * 0.75 if k <= repeats
+                    else 0.75 + 0.15 * (k - repeats) / max(extra, 1))
+            progress(done, f"profiling forwards ({sizes}): {step}")
 
     each_round(-1)
     times = _time_in_rounds(timers, repeats, should_stop, each_round, max_repeats)
