@@ -257,7 +257,9 @@ def build(ctx: AppContext, live: dict) -> dict:
             raise page_error(str(exc)) from None
         stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, acc_caption, "measuring acceptance", ctx.sessions.get(request))
-        yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        out = ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
+                         measured=job.result if job.state == "done" else None)
+        yield out
 
     def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
@@ -269,15 +271,19 @@ def build(ctx: AppContext, live: dict) -> dict:
         yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
 
-    def ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request) -> dict:
+    def ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
+                   measured=None) -> dict:
         """The view once a measurement ended; its caption under the Stop button is recorded first
-        (Session.line_after_stop)."""
+        (Session.line_after_stop). `measured`: the vector a Measure just made, said first (the chart
+        shows the prompt kind's vector where code and prose differ: the measurement showed nowhere)."""
         sess = ctx.sessions.get(request)
         try:
             out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
         except BaseException:
             sess.run_ended("planner", "")
             raise
+        if measured is not None and acc_caption in out:
+            out[acc_caption] = render.measured_words(measured, out[acc_caption]) + out[acc_caption]
         sess.run_ended("planner", out.get(acc_caption, ""))
         return out
 

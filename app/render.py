@@ -194,6 +194,19 @@ def interval_words(vec) -> str:
     return "bars: ±95 % interval over positions (narrower than one over prompts would be)"
 
 
+def measured_words(vec, caption: str) -> str:
+    """What a Measure just made, said before the tab's caption: where the prompt's kind has a vector
+    of its own the chart shows that one, and a measurement that showed nowhere read as lost."""
+    what = (f"✓ Measured just now: {plural(vec.positions, 'position')} over {plural(vec.prompts, 'prompt')}, "
+            f"{'its ' + vec.domain + ' prompts' if vec.domain else 'pooled over every kind of prompt'} "
+            f"(`{short_path(vec.source)}`)")
+    if short_path(vec.source) in caption:
+        return what + ", shown below. "
+    return (what + ". The chart shows the vector this prompt's plan uses: code and prose prompts are planned "
+            "from their own kind's vector where the two differ (engine/domains.py); the pooled one serves "
+            "prompts of neither kind. ")
+
+
 def plan_line(result, running: bool = False, own_run: bool = False) -> str:
     """The plan's one line (and its notes). `running`: a re-plan the running job takes from its
     next step; `own_run`: the plan the running job started from (it re-planned nothing)."""

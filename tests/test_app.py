@@ -107,6 +107,7 @@ def test_measure_profile_and_load_models_are_usable(served, client):
     planner = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/measure")
     assert planner[-2]["acceptance_positions"] > 0  # the plan now uses the fresh vector
     assert "positions" in planner[2]
+    assert planner[2].startswith("✓ Measured just now:") and "shown below" in planner[2]   # said, and shown
     prof = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/profile")
     assert "overhead" in prof[5]
     loaded = client.predict(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")

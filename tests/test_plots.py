@@ -429,3 +429,15 @@ def test_token_labels_are_visible():
     assert plots.show_token(",") == "‹,›" and plots.show_token(".") == "‹.›"   # not a speck over the node
     assert plots.show_token("a") == "a" and plots.show_token(" ") == "␣"
     assert plots.show_token("x" * 40).endswith("…")
+
+
+def test_a_measurement_is_said_where_the_chart_shows_another_vector():
+    """The Planner's Measure made a pooled vector while the chart kept the prompt kind's shipped
+    one: 155 s and nothing on the page changed (a helper's walk-through)."""
+    from types import SimpleNamespace
+    from app import render
+    vec = SimpleNamespace(positions=192, prompts=8, domain="", source="/root/.cache/sequoia-live/acceptance/ab.json")
+    shown_here = render.measured_words(vec, f"192 positions · `{render.short_path(vec.source)}`")
+    assert shown_here.startswith("✓ Measured just now: 192 positions over 8 prompts") and "shown below" in shown_here
+    elsewhere = render.measured_words(vec, "1531 positions · `assets/measured/acceptance/cd.json`")
+    assert "pooled over every kind of prompt" in elsewhere and "their own kind's vector" in elsewhere
