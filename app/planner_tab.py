@@ -326,7 +326,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                          show_progress="hidden", **LIGHT)
 
     wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring",
-              runs={"measurement": measured, "profile": profiled})
+              runs={"measurement": measured, "profile": profiled}, line_is_content=True)
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
