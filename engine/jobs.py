@@ -13,6 +13,7 @@ from engine import profiler
 from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, learner_for, profile_budget
 from engine.prompts import default_prompts
 from engine.settings import Settings
+from engine.wording import plural
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,8 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     # speed drifts slows every lane alike instead of whichever ran in a slow minute
     lanes = [Lane(lane, Decoder(pair, result.method, settings).run(ids, should_stop=ctx.should_stop),
                   settings.max_new_tokens) for lane, result in planned]
+    # the header shows the last progress line: it said "race warm-up (untimed)" all through the race
+    ctx.progress(None, f"race: timing {plural(len(planned), 'lane')} together")
     yield Note("together", [lane for lane, _ in planned])
     for lane, event in run_together(lanes):
         yield LaneEvent(lane.name, event)

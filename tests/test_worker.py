@@ -407,6 +407,10 @@ def test_race_lanes_step_in_turn_and_match_their_own_runs(worker):
     items = list(job.stream(timeout=120))
     notes = [x.kind for x in items if isinstance(x, Note)]
     assert notes == ["race", "together"]
+    # the header shows the last progress line: past the warm-up it says the lanes are timed
+    before_lanes = items[:next(i for i, x in enumerate(items) if isinstance(x, LaneEvent))]
+    last_progress = [x for x in before_lanes if isinstance(x, Progress)][-1]
+    assert "timing 2 lanes together" in last_progress.message, last_progress
     lanes = [x.lane for x in items if isinstance(x, LaneEvent)]
     first_chain, last_ar = lanes.index("chain"), len(lanes) - 1 - lanes[::-1].index("autoregressive")
     assert lanes[0] == "autoregressive" and first_chain == 1 and last_ar > first_chain
