@@ -329,6 +329,27 @@ def test_enter_in_a_slider_box_re_plans(served, page, monkeypatch):
     assert not page_errors(page), page_errors(page)
 
 
+def test_a_budget_typed_out_of_range_is_planned_at_its_bound(served, page, monkeypatch):
+    """Typed 0 or 500 into the budget box: Gradio sent the raw value (refused in a toast), then
+    snapped the box to its bound without an event, so the page kept the old plan beside a budget
+    that Generate then ran (a helper's walk-through: 0 ran as n=1). assets/page.js brings the value
+    inside the range first, and the plan follows the box."""
+    url, ctx = served
+    asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: spec.budget)
+    open_page(page, url)
+    box = page.locator("#sq-budget input[type=number]")
+    high = int(page.locator("#sq-budget input[type=range]").get_attribute("max"))
+    box.fill(str(high + 400))
+    box.press("Enter")
+    assert wait_for(lambda: high in asked, 20), asked
+    assert box.input_value() == str(high) and high + 400 not in asked
+    box.fill("0")
+    box.press("Tab")
+    assert wait_for(lambda: 1 in asked, 20), asked
+    assert box.input_value() == "1" and 0 not in asked
+    assert not page_errors(page), page_errors(page)
+
+
 def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, page, monkeypatch):
     """Gradio checks an event's fields only when the event leaves its queue: Start race with a
     negative seed, an empty prompt or no method picked, pressed while the page's Live run held the
