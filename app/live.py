@@ -534,6 +534,9 @@ def build(ctx: AppContext, header: dict) -> dict:
                        show_progress="hidden", trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
                   trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
+    # only a Sequoia tree is planned by the device's profile: greyed for the others (it did nothing)
+    method.change(lambda m: gr.update(interactive=m == "sequoia"), method, hardware, show_progress="hidden",
+                  **PAGE_WIRING, **LIGHT)
     hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
                     trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # the prompt picks its kind's vector and its memory; max new tokens, whether a rest is planned for

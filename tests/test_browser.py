@@ -350,6 +350,20 @@ def test_a_budget_typed_out_of_range_is_planned_at_its_bound(served, page, monke
     assert not page_errors(page), page_errors(page)
 
 
+def test_the_hardware_aware_box_is_greyed_for_methods_it_does_not_plan(served, page):
+    """Hardware-aware plans Sequoia trees only; with Chain picked it stayed live and did nothing."""
+    url, ctx = served
+    open_page(page, url)
+    box = page.locator("#sq-hw input")
+    assert box.is_enabled()
+    for name, enabled in (("Chain", False), ("Sequoia (DP tree)", True)):
+        page.locator("#sq-method input").click()
+        page.get_by_role("option", name=name).click()
+        page.wait_for_function(f"document.querySelector('#sq-hw input').disabled === {str(not enabled).lower()}",
+                               timeout=10_000)
+    assert not page_errors(page), page_errors(page)
+
+
 def test_a_bad_field_is_said_at_once_while_another_run_holds_the_model(served, page, monkeypatch):
     """Gradio checks an event's fields only when the event leaves its queue: Start race with a
     negative seed, an empty prompt or no method picked, pressed while the page's Live run held the
