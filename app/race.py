@@ -33,7 +33,8 @@ FAIRNESS = (
     "**untimed warm-up** of every method happen before the first timed run. Each method starts from fresh "
     "caches; its time is the engine's decoding time (draft + verify + bookkeeping, measured with device "
     "synchronisation), the prompt's prefill excluded and reported apart. SpecInfer uses k = ⌊(n−1)/(d−1)⌋ chains "
-    "of d levels so it gets no more nodes than Sequoia; hardware-aware Sequoia treats n and d as upper bounds.")
+    "of d levels so it gets no more nodes than Sequoia; hardware-aware Sequoia treats n and d as upper bounds, "
+    "and plans for the race's own prompt and settings (its tree can differ from the Live tab's).")
 
 
 def _lane_html(order, lanes) -> str:
@@ -113,7 +114,9 @@ def _same_text_cell(ev, ar) -> str:
 
 def _table(order, lanes, greedy: bool):
     ar = lanes.get(RACE_LABELS["ar"], {}).get("last")
-    headers = ["method", "tokens", "steps", "tokens/step", "tokens/s", "speedup vs AR", "prefill s"]
+    # predicted beside observed: each lane's plan is made for the race's own prompt and settings
+    headers = ["method", "tokens", "steps", "tokens/step", "predicted tokens/step", "tokens/s", "speedup vs AR",
+               "prefill s"]
     if greedy:
         headers.append("same text as AR")
     rows = []
@@ -126,8 +129,10 @@ def _table(order, lanes, greedy: bool):
         speed = "—" if speedup is None else f"{speedup:.2f}×"
         # as text: the table showed 1.0 as "1", and one decimal made 1.1 and 1.1 tok/s read as 0.94×
         unstarted = _stopped_before_a_step(ev)
+        expected = info.get("expected")
         row = [info.get("label") or lane, ev.total_tokens, ev.total_steps,
-               "—" if unstarted else f"{ev.tokens_per_step:.2f}", "—" if unstarted else f"{ev.tokens_per_second:.2f}",
+               "—" if unstarted else f"{ev.tokens_per_step:.2f}", "—" if expected is None else f"{expected:.2f}",
+               "—" if unstarted else f"{ev.tokens_per_second:.2f}",
                speed, "—" if unstarted and not ev.prefill_seconds else f"{ev.prefill_seconds:.3f}"]
         if greedy:
             row.append("—" if ar is None or not ar.done else _same_text_cell(ev, ar))

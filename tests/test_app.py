@@ -541,9 +541,11 @@ def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     assert "that was compared matches" in summary["verdict"] and summary["verdict"].endswith(
         "Not compared (no tokens before the Stop): SpecInfer 2x4."), summary["verdict"]
     row = _table([ar, chain, spec], three, True)["data"][2]
-    assert row[3:7] == ["—", "—", "—", "—"] and row[-1] == "— (stopped before a token)", row
+    assert row[3:8] == ["—", "—", "—", "—", "—"] and row[-1] == "— (stopped before a token)", row
     # numbers as the lanes show them (the table's 1.0 read "1", and tok/s had one decimal)
-    assert _table([ar, chain, spec], three, True)["data"][0][3:5] == ["1.00", "1.00"]
+    assert _table([ar, chain, spec], three, True)["data"][0][3:6:2] == ["1.00", "1.00"]
+    planned = {**stopped, chain: {**stopped[chain], "expected": 2.5}}   # the lane's plan's F(tree)
+    assert [row[4] for row in _table([ar, chain], planned, True)["data"]] == ["—", "2.50"]
     assert "3 tokens · 1 step · 1.00 tok/step · 1.00 tok/s" in _lane_html([ar], stopped)
     # at T > 0 texts differ by design: no lane is said to differ from autoregressive's
     assert [x["same_as_autoregressive"] for x in _summary([ar, chain], stopped, greedy=False)["lanes"]] == [None, None]
