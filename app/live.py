@@ -183,6 +183,9 @@ class Run:
         return max(max(Counter(p for p in parents if p >= 0).values(), default=0) for parents in trees)
 
     def acc_fig(self):
+        if self.widest() == 0:   # n = 1 (autoregressive, or a budget of 1): no rank is ever tried
+            return plots.empty_figure("The tree is the root alone: nothing is drafted, so no rank is tried "
+                                      "(one token per step, as plain decoding)", 260)
         vec = self.plan.acceptance if self.plan else None
         observed = plots.observed_acceptance(self.steps)
         planned = vec.probabilities if vec is not None else None

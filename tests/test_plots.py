@@ -421,6 +421,9 @@ def test_the_live_chart_shows_the_ranks_the_runs_trees_can_try():
     run.plan.tree = Tree.k_ary_chains(4, 3)
     assert all(list(t.x) == [1, 2, 3, 4] for t in run.acc_fig().data)
     assert len(plots.acceptance_figure(vector.probabilities).data[0].x) == 16   # a vector alone: all its ranks
+    alone = live.Run(Settings(temperature=0.0))   # n = 1: nothing drafted, no bar (rank 1 showed 0.73)
+    alone.plan = SimpleNamespace(acceptance=vector, exact=True, tree=Tree.chain(1))
+    assert not alone.acc_fig().data and "nothing is drafted" in alone.acc_fig().layout.annotations[0].text
 
 
 def test_token_labels_are_visible():
