@@ -92,7 +92,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                                         info="json: this app · vllm: speculative_config · medusa: path list · "
                                              "growmap: original Sequoia .pt", elem_id="sq-export-format")
             export = gr.DownloadButton("Export the chosen tree", value=None, elem_id="sq-export")
-            upload = gr.File(label="Import a tree: JSON ({\"parents\": [...]}), a vLLM or Medusa export, or an original Sequoia growmap (.pt)",
+            # a short label: a long one ran under the file box's clear button once a file was chosen
+            upload = gr.File(label="Import a tree (json, vllm, medusa or growmap .pt)",
                              file_types=[".json", ".pt"], type="filepath", elem_id="sq-import")
             import_status = gr.Markdown("", label="Import status", show_label=False)
             with gr.Accordion("Plan (raw, what the API returns)", open=False):
