@@ -17,6 +17,11 @@ def add_pair_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("model pair")
     g.add_argument("--draft", default=DEFAULT, help="draft model: HF id, local folder, or 'default' (embedded)")
     g.add_argument("--target", default=DEFAULT, help="target model: HF id, local folder, or 'default' (embedded)")
+    add_placement_args(g)
+
+
+def add_placement_args(g) -> None:
+    """Where and how the pair's models load (every command that loads one; plan and export too)."""
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
     g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
     g.add_argument("--target-device-map", default=None,

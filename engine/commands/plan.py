@@ -37,17 +37,10 @@ def register(subparsers) -> None:
 
 def add_plan_pair_args(g) -> None:
     """The pair options of `plan` (also used by `export`, which plans the same way)."""
-    from engine.commands.common import add_kernel_arg
+    from engine.commands.common import add_placement_args
     g.add_argument("--draft", default=None, help="draft model (default: the embedded pair)")
     g.add_argument("--target", default=None, help="target model (default: the embedded pair)")
-    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
-    g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
-    g.add_argument("--target-device-map", default=None,
-                   help="accelerate device map for the target: auto, balanced, sequential or a JSON file")
-    g.add_argument("--draft-device-map", default=None, help="the same for the draft (default: one device)")
-    g.add_argument("--max-memory", default=None, help="per-device limits for device maps, e.g. gpu0=20GiB,cpu=60GiB")
-    g.add_argument("--offload-folder", default=None, help="where a device map may offload weights to disk")
-    add_kernel_arg(g)
+    add_placement_args(g)
     g.add_argument("--temperature", type=float, default=None, help="use the pair's vector measured at this temperature")
     g.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (transformers' top_k, applied after temperature, before top-p); 0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1 = off)")
