@@ -323,7 +323,9 @@ def test_check_prompts_flag():
     assert config.learning_check_prompts == 3
     assert bench_cmd.config_from_args(parser.parse_args(["bench"])).learning_check_prompts == 1
     with pytest.raises(bench_cmd.UserError, match="--learning-check-prompts must be >= 1"):
-        bench_cmd.config_from_args(parser.parse_args(["bench", "--learning-check-prompts", "0"]))
+        bench_cmd.config_from_args(parser.parse_args(["bench", "--learning-check", "--learning-check-prompts", "0"]))
+    with pytest.raises(bench_cmd.UserError, match="--learning-check-prompts needs --learning-check"):
+        bench_cmd.config_from_args(parser.parse_args(["bench", "--learning-check-prompts", "3"]))   # not a default bench
 
 
 def test_a_rests_own_interval_is_its_steps_luck():

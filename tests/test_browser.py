@@ -68,6 +68,11 @@ def test_live_generation_draws_the_tree(served, page, tmp_path):
     open_page(page, url)
     assert wait_for(lambda: first_plan_marked(ctx, before), 60)   # the page is wired up and has planned
     sess = next(s for key, s in list(ctx.sessions._items.items()) if key not in before)
+    # a DP tree, not the device's choice (autoregressive for the tiny pair: a tree of one node
+    # has no acceptance chart to draw, just a line saying nothing is drafted)
+    first = sess.plan
+    page.locator("#sq-hw input").click()
+    assert wait_for(lambda: sess.plan is not first, 60)
     shown = sess.plan
     page.locator("#sq-max-new input").fill("24")
     # the box re-plans on blur; a click on Generate would blur it too, and a short run could end
@@ -336,7 +341,9 @@ def test_a_budget_typed_out_of_range_is_planned_at_its_bound(served, page, monke
     inside the range first, and the plan follows the box."""
     url, ctx = served
     asked = plans_asked(ctx, monkeypatch, lambda spec, settings, kwargs: spec.budget)
+    before = set(ctx.sessions._items)
     open_page(page, url)
+    assert wait_for(lambda: first_plan_marked(ctx, before), 60)   # wired up (assets/page.js loaded)
     box = page.locator("#sq-budget input[type=number]")
     high = int(page.locator("#sq-budget input[type=range]").get_attribute("max"))
     box.fill(str(high + 400))
