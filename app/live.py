@@ -183,7 +183,8 @@ class Run:
         return max(max(Counter(p for p in parents if p >= 0).values(), default=0) for parents in trees)
 
     def acc_fig(self):
-        if self.widest() == 0:   # n = 1 (autoregressive, or a budget of 1): no rank is ever tried
+        widest = self.widest()   # (it walks every step's tree: once per frame)
+        if widest == 0:   # n = 1 (autoregressive, or a budget of 1): no rank is ever tried
             return plots.empty_figure("The tree is the root alone: nothing is drafted, so no rank is tried "
                                       "(one token per step, as plain decoding)", 260)
         vec = self.plan.acceptance if self.plan else None
@@ -206,11 +207,11 @@ class Run:
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
                                            posterior_name=post_name, height=260 + 16 * post_name.count("<br>"),
-                                           widest=self.widest(),
+                                           widest=widest,
                                            title="Acceptance by rank: prior, observed, posterior (learning)")
         return plots.acceptance_figure(planned, observed, ci=vec.ci95 if vec is not None else None,
                                        planned_name=name, title="Acceptance by rank: planned vs observed",
-                                       widest=self.widest())
+                                       widest=widest)
 
     def metrics(self) -> str:
         pred, note = self.predicted()
@@ -538,8 +539,8 @@ def build(ctx: AppContext, header: dict) -> dict:
     method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
                   trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # only a Sequoia tree is planned by the device's profile: greyed for the others (it did nothing)
-    method.change(lambda m: gr.update(interactive=m == "sequoia"), method, hardware, show_progress="hidden",
-                  **PAGE_WIRING, **LIGHT)
+    method.change(lambda m: gr.update(interactive=m == "sequoia"), method, hardware, api_name="hardware_for_method",
+                  show_progress="hidden", **PAGE_WIRING, **LIGHT)
     hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
                     trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # the prompt picks its kind's vector and its memory; max new tokens, whether a rest is planned for
@@ -621,7 +622,7 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict
         took_back = take_back_waiting(ctx, request, tab)
         stopped = ctx.sessions.get(request).stop_tab(tab)
         reply = stop_reply(stopped, tab, took_back, stopping)
-        if line_is_content and stopped is None and not took_back:
+        if line_is_content and stopped is None and not took_back and shown:   # (a script gives none: the reply)
             gr.Info(reply)
             return shown
         return reply

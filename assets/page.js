@@ -16,7 +16,7 @@
     const box = event.target;
     if (!(box instanceof HTMLInputElement) || box.type !== "number" || !box.closest(".sq-controls")) return;
     const slider = box.closest(".block")?.querySelector('input[type="range"]');
-    if (!slider || box.value === "") return;
+    if (!slider || box.value === "") return;   // (an emptied box: see the note in tests/test_browser.py)
     const low = Number(slider.min), high = Number(slider.max), value = Number(box.value);
     if (Number.isNaN(value) || (value >= low && value <= high)) return;
     box.value = String(Math.min(Math.max(value, low), high));

@@ -203,8 +203,8 @@ def _vector_range(span: list[float] | None) -> str:
 
 
 def _these_prompts(row: dict) -> str:
-    """The range a run of this row's few prompts can expect around the prediction (engine/bench.py
-    these_prompts_range), and whether the observed value lies in it."""
+    """The range a run of this row's few prompts can expect around the prediction
+    (engine/bench_predictions.py these_prompts_range), and whether the observed value lies in it."""
     span = row.get("predicted_tokens_per_step_range_these_prompts")
     if not span:
         return ""

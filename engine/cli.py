@@ -19,7 +19,7 @@ class OneLineErrors(argparse.ArgumentParser):
 
     def error(self, message: str):
         if "expected one argument" in message:   # e.g. --acceptance -0.1,0.2: taken for a flag
-            message += "; a value that starts with '-' is written --flag=VALUE"
+            message += "; if its value starts with '-', write --flag=VALUE"
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 

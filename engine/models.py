@@ -67,7 +67,10 @@ class ModelPair:
             return sum(p.numel() for p in model.parameters()) + self.cpu_kernels.get(role, {}).get("packed_parameters", 0)
         def untied(role):  # its output head is a matrix of its own, counted beside the embedding
             config = getattr(self, role).config
-            config = config.get_text_config() if hasattr(config, "get_text_config") else config
+            try:
+                config = config.get_text_config()
+            except (AttributeError, ValueError):   # none, or several text sub-configs: the top one says
+                pass
             return getattr(config, "tie_word_embeddings", True) is False
         return {"draft": self.draft_name, "target": self.target_name,
                 "draft_parameters": count("draft"), "target_parameters": count("target"),

@@ -140,7 +140,7 @@ def test_a_prediction_says_what_a_run_of_so_few_prompts_can_expect():
 def test_one_vector_for_both_kinds_gives_each_kinds_row_the_range_for_that_kinds_few_prompts():
     """Where code and prose share the pooled vector (they agree), a lane's row is judged against
     the mean of all the bench's prompts but its by_kind rows against their own few: each run
-    carries both ranges (engine/bench.py _sharing, _run_prediction), and the kind's row must use
+    carries both ranges (engine/bench_predictions.py prompts_sharing, run_prediction), and the kind's row must use
     the wider one (it used the row's, which is too narrow for 2 prompts of 6)."""
     from collections import Counter
     from types import SimpleNamespace

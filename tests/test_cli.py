@@ -348,6 +348,16 @@ def test_other_commands_refuse_what_needs_no_models_before_loading_them(tmp_path
             code, err = exc.code, capsys.readouterr().err
         assert code == 2 and needle in err, (args, err)
         assert len(err.strip().splitlines()) == 1, err   # one line, no usage block, no traceback
+    for args, needle in ((["plan", "--temperature", "0", "--budget", "8", "--depth", "4", "--max-budget", "64"],
+                          "--max-budget bounds the search of --auto"),
+                         (["export", "--format", "json", "--acceptance", "0.6", "--budget", "3", "--depth", "3",
+                           "--draft", "x/y"], "the models of a vLLM config")):
+        code, err = in_process(capsys, *args)
+        assert code == 2 and needle in err, (args, err)
+    # a refused export leaves no --out folder behind (its folder was made before the refusal)
+    code, err = in_process(capsys, "export", "--format", "json", "--tree", tree, "--acceptance", "0.5",
+                           "--out", tmp_path / "new" / "x.json")
+    assert code == 2 and not (tmp_path / "new").exists(), err
     # export's own --draft names the vLLM draft beside a given vector
     code, err = in_process(capsys, "export", "--format", "vllm", "--acceptance", "0.6", "--budget", "3", "--depth", "3",
                            "--draft", "org/draft", "--out", tmp_path / "v.json")
@@ -366,3 +376,17 @@ def test_generate_reads_every_format_export_writes(tmp_path):
         data = export.export_tree(tree, fmt)
         path.write_bytes(data if isinstance(data, bytes) else data.encode())
         assert load_tree_file(str(path)).parents == tree.parents, fmt
+
+
+def test_the_pair_only_options_are_the_parsers_own_defaults():
+    """plan --acceptance and export --tree refuse a pair option given; they find it by comparing
+    with PAIR_ONLY's defaults, which must be the parsers' (a new option would be ignored unsaid)."""
+    from engine.cli import build_parser
+    from engine.commands.plan import PAIR_ONLY
+    for command in (["plan"], ["export", "--format", "json"]):
+        parsed = vars(build_parser().parse_args(command))
+        assert {name: parsed[name] for name in PAIR_ONLY} == PAIR_ONLY, command
+        pair_options = {action.dest for group in build_parser()._subparsers._group_actions[0].choices[command[0]]
+                        ._action_groups if group.title and group.title.startswith("model pair")
+                        for action in group._group_actions}
+        assert pair_options <= set(PAIR_ONLY) | {"acceptance", "budget", "depth"}, pair_options - set(PAIR_ONLY)

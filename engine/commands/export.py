@@ -44,11 +44,7 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
     draft, target = (None if x in (None, DEFAULT) else x for x in (args.draft, args.target))
     if args.tree:
-        planning = [f"--{name.replace('_', '-')}" for name, default in
-                    {"acceptance": None, "budget": None, "depth": None, **plan.PAIR_ONLY}.items()
-                    if name not in ("draft", "target") and getattr(args, name, default) != default]
-        if planning:   # --draft and --target name the models a vllm config serves
-            raise UserError(f"give either --tree FILE or plan options ({', '.join(planning)}), not both")
+        _refuse_plan_options(args)
         try:
             data = Path(args.tree).read_bytes()
         except OSError as exc:
@@ -61,22 +57,48 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
     return Tree(tuple(plan.plan_result(acceptance, budget, depth)["parents"])), draft, target
 
 
-def _pair_tree(args) -> tuple[Tree, str, str]:
-    """The tree `plan` would print for these pair options (the same library calls)."""
-    from engine.models import servable_name   # with the pair: the models module loads torch
-    result, pair = plan.plan_with_pair(args)
-    return result.tree, servable_name(pair, "draft"), servable_name(pair, "target")
+def _refuse_plan_options(args) -> None:
+    planning = [f"--{name.replace('_', '-')}" for name, default in
+                {"acceptance": None, "budget": None, "depth": None, **plan.PAIR_ONLY}.items()
+                if name not in ("draft", "target") and getattr(args, name, default) != default]
+    if planning:   # --draft and --target name the models a vllm config serves
+        raise UserError(f"give either --tree FILE or plan options ({', '.join(planning)}), not both")
 
 
-def run(args: argparse.Namespace) -> int:
+def check_options(args) -> None:
+    """Every refusal that needs no models and no plan, before --out's folder is made and before
+    a plan that may load the pair and measure for minutes."""
     if args.format == "growmap" and not args.out:
         raise UserError("growmap is a binary .pt file: give --out FILE.pt")
-    from engine.commands.common import writable   # (it imports the models module, which loads torch)
     vllm_only = [flag for flag, value in (("--method", args.method), ("--tensor-parallel-size",
                                                                       args.tensor_parallel_size)) if value is not None]
     if vllm_only and args.format != "vllm":
         raise UserError(f"{' and '.join(vllm_only)} go{'es' if len(vllm_only) == 1 else ''} into a vLLM config: "
                         f"give --format vllm, or leave {'it' if len(vllm_only) == 1 else 'them'} out")
+    models = [flag for flag, value in (("--draft", args.draft), ("--target", args.target)) if value]
+    if models and args.format != "vllm" and (args.tree or args.acceptance is not None):
+        raise UserError(f"with {'--tree' if args.tree else '--acceptance'}, {' and '.join(models)} name"
+                        f"{'s' if len(models) == 1 else ''} the models of a vLLM config: give --format vllm, "
+                        f"or leave {'it' if len(models) == 1 else 'them'} out")
+    if args.tree:
+        _refuse_plan_options(args)
+    elif plan.uses_pair(args):
+        plan.check_pair_shape(args)
+    else:
+        plan.acceptance_from_args(args, allowed=("draft", "target"))
+        plan._budget_depth(args)
+
+
+def _pair_tree(args) -> tuple[Tree, str, str]:
+    """The tree `plan` would print for these pair options (the same library calls)."""
+    from engine.models import servable_name
+    result, pair = plan.plan_with_pair(args)
+    return result.tree, servable_name(pair, "draft"), servable_name(pair, "target")
+
+
+def run(args: argparse.Namespace) -> int:
+    from engine.commands.common import writable
+    check_options(args)
     args.method = args.method or "draft_model"
     args.tensor_parallel_size = 1 if args.tensor_parallel_size is None else args.tensor_parallel_size
     out = writable(args.out, "--out")   # before a plan that may load the pair and measure

@@ -144,7 +144,7 @@ def uses_pair(args) -> bool:
     return args.acceptance is None and (args.temperature is not None or args.auto or args.draft or args.target)
 
 
-def _pair_shape(args) -> None:
+def check_pair_shape(args) -> None:
     """A pair's plan's budget and depth, by the flags' names: the planner's own check came after
     the load and named "budget" for --max-budget."""
     from engine.commands.common import check_flag
@@ -157,6 +157,8 @@ def _pair_shape(args) -> None:
         raise UserError("give --budget (nodes, root included) and --depth (levels, root included), or --auto")
     else:
         check_flag(args.budget, "--budget", 1, MAX_BUDGET, " nodes, the root included")
+        if args.max_budget != MAX_BUDGET_DEFAULT:
+            raise UserError("--max-budget bounds the search of --auto: give --auto, or leave it out")
     if args.depth is not None:
         check_flag(args.depth, "--depth", 1, MAX_DEPTH, " levels, the root included")
     budget = args.max_budget if args.auto else args.budget
@@ -174,7 +176,7 @@ def plan_with_pair(args):
     settings = Settings(temperature=0.0 if args.temperature is None else args.temperature, top_p=args.top_p,
                         top_k=args.top_k)
     prompts = read_prompts(args.prompts) if args.prompts else None
-    _pair_shape(args)   # before the pair's half a minute of loading
+    check_pair_shape(args)   # before the pair's half a minute of loading
     args.draft, args.target = args.draft or DEFAULT, args.target or DEFAULT
     pair = pair_from_args(args)
     if args.auto:

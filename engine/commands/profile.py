@@ -41,7 +41,10 @@ def run(args) -> int:
     check_flag(args.repeats, "--repeats", 1)
     out = writable(args.out, "--out")
     pair = pair_from_args(args)
-    replaced = cached_profile(pair)
+    try:
+        replaced = cached_profile(pair)   # only to say what this profile replaces
+    except (OSError, ValueError, KeyError, TypeError):   # an unreadable one: this profile rewrites it
+        replaced = None
     before = drop_page_cache if args.drop_page_cache else None
     if before is not None:
         drop_page_cache()  # fails here, before any timing, where it is not allowed
