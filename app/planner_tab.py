@@ -258,9 +258,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             raise page_error(str(exc)) from None
         stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, acc_caption, "measuring acceptance", ctx.sessions.get(request))
-        out = ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
+        yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
                          measured=job.result if job.state == "done" else None)
-        yield out
 
     def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):

@@ -20,11 +20,11 @@ from typing import Any, Callable
 
 from engine import answer_drift, domains, interpolation, learning, observed, profiler, prompt_memory
 from engine import methods as methods_mod
-from engine.wording import plural
 from engine.errors import UserError
 from engine.planner import Choice, CostCurve, PlanTable, choose_shape, step_seconds
 from engine.settings import Settings
 from engine.tree import Tree
+from engine.wording import plural
 
 log = logging.getLogger(__name__)
 MAX_BUDGET = 256       # nodes, the root included

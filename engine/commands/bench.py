@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from engine import bench, bench_report
-from engine.commands.common import add_pair_args, pair_from_args, read_prompt_set, read_prompts, writable
+from engine.commands.common import (add_pair_args, flags_given, pair_from_args, read_prompt_set, read_prompts,
+                                    writable)
 from engine.errors import UserError
 from engine.prompts import Prompt
 from engine.wording import plural
@@ -157,8 +158,8 @@ def _mix(text: str, prompts: list[Prompt], source: str) -> dict[str, int]:
 
 def config_from_args(args) -> bench.BenchConfig:
     if not getattr(args, "learning_check", False):   # a learning check's numbers without one: minutes of a
-        given = [f"--learning-check-{name}" for name in ("tokens", "after", "prompts")   # default bench
-                 if getattr(args, f"learning_check_{name}", None) is not None]
+        given = flags_given(args, dict.fromkeys(("learning_check_tokens", "learning_check_after",   # default bench
+                                                 "learning_check_prompts")))
         if given:
             raise UserError(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --learning-check")
     base = bench.BenchConfig(**bench.QUICK) if args.quick else bench.BenchConfig()

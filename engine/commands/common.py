@@ -99,6 +99,12 @@ def read_prompt_set(path: str) -> list[Prompt]:
     return prompts
 
 
+def flags_given(args, defaults: dict) -> list[str]:
+    """The flags among `defaults` (dest -> its value when not given) that the command line set, as
+    typed: a command refusing options of another mode names them."""
+    return [f"--{name.replace('_', '-')}" for name, default in defaults.items() if getattr(args, name, default) != default]
+
+
 def check_flag(value: int, flag: str, low: int, high: int | None = None, unit: str = "") -> None:
     """A number flag checked by its own name before the pair loads (the library's message names
     the quantity, "max new tokens", not the flag the user typed, and comes after the load)."""

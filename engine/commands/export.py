@@ -43,8 +43,7 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
     from engine.models import DEFAULT
 
     draft, target = (None if x in (None, DEFAULT) else x for x in (args.draft, args.target))
-    if args.tree:
-        _refuse_plan_options(args)
+    if args.tree:   # (its options were checked with the others: check_options)
         try:
             data = Path(args.tree).read_bytes()
         except OSError as exc:
@@ -58,9 +57,10 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
 
 def _refuse_plan_options(args) -> None:
-    planning = [f"--{name.replace('_', '-')}" for name, default in
-                {"acceptance": None, "budget": None, "depth": None, **plan.PAIR_ONLY}.items()
-                if name not in ("draft", "target") and getattr(args, name, default) != default]
+    from engine.commands.common import flags_given
+    planning = flags_given(args, {name: default for name, default in
+                                  {"acceptance": None, "budget": None, "depth": None, **plan.PAIR_ONLY}.items()
+                                  if name not in ("draft", "target")})
     if planning:   # --draft and --target name the models a vllm config serves
         raise UserError(f"give either --tree FILE or plan options ({', '.join(planning)}), not both")
 
@@ -70,12 +70,12 @@ def check_options(args) -> None:
     a plan that may load the pair and measure for minutes."""
     if args.format == "growmap" and not args.out:
         raise UserError("growmap is a binary .pt file: give --out FILE.pt")
-    vllm_only = [flag for flag, value in (("--method", args.method), ("--tensor-parallel-size",
-                                                                      args.tensor_parallel_size)) if value is not None]
+    from engine.commands.common import flags_given
+    vllm_only = flags_given(args, {"method": None, "tensor_parallel_size": None})
     if vllm_only and args.format != "vllm":
         raise UserError(f"{' and '.join(vllm_only)} go{'es' if len(vllm_only) == 1 else ''} into a vLLM config: "
                         f"give --format vllm, or leave {'it' if len(vllm_only) == 1 else 'them'} out")
-    models = [flag for flag, value in (("--draft", args.draft), ("--target", args.target)) if value]
+    models = flags_given(args, {"draft": None, "target": None})
     if models and args.format != "vllm" and (args.tree or args.acceptance is not None):
         raise UserError(f"with {'--tree' if args.tree else '--acceptance'}, {' and '.join(models)} name"
                         f"{'s' if len(models) == 1 else ''} the models of a vLLM config: give --format vllm, "

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from engine import export, methods, observed, profiler
-from engine.commands.common import (add_pair_args, add_sampling_args, pair_from_args, print_json,
+from engine.commands.common import (add_pair_args, add_sampling_args, flags_given, pair_from_args, print_json,
                                     settings_from_args)
 from engine.decoding import Decoder, make_generator
 from engine.errors import UserError
@@ -59,7 +59,7 @@ def spec_from_args(args) -> MethodSpec:
     if args.width is not None and args.method != "specinfer":
         raise UserError(f"--width sets SpecInfer's chains; it does not apply to --method {args.method}")
     if args.method == "ar":
-        given = [flag for flag, value in (("--budget", args.budget), ("--depth", args.depth)) if value is not None]
+        given = flags_given(args, {"budget": None, "depth": None})
         if given:
             raise UserError(f"{' and '.join(given)} shape{'s' if len(given) == 1 else ''} a draft tree; "
                             "autoregressive decoding (--method ar) drafts none")

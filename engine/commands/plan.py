@@ -66,8 +66,8 @@ def acceptance_from_args(args, allowed: tuple[str, ...] = ()) -> list[float]:
     """The vector given with --acceptance; `allowed`: pair options the caller reads for something
     else (export's --draft and --target name the models a vLLM config serves)."""
     if getattr(args, "acceptance", None) is not None:
-        given = [f"--{name.replace('_', '-')}" for name, default in PAIR_ONLY.items()
-                 if name not in allowed and getattr(args, name, default) != default]
+        from engine.commands.common import flags_given
+        given = flags_given(args, {name: default for name, default in PAIR_ONLY.items() if name not in allowed})
         if given:
             raise UserError(f"--acceptance plans from the vector given; {', '.join(given)} "
                             f"appl{'ies' if len(given) == 1 else 'y'} to a model pair's plan: leave "

@@ -6,7 +6,7 @@ import json
 import sys
 
 from engine.commands import synthetic
-from engine.commands.common import add_pair_args, check_flag, pair_from_args, print_json, writable
+from engine.commands.common import add_pair_args, check_flag, flags_given, pair_from_args, print_json, writable
 from engine.errors import UserError
 from engine.paths import write_atomic
 from engine.profiler import cached_profile, drop_page_cache, profile_device, save_profile
@@ -31,7 +31,7 @@ def register(sub) -> None:
 def run(args) -> int:
     if args.synthetic:
         return synthetic.run(args)
-    given = [f"--{name.replace('_', '-')}" for name in synthetic.SYNTHETIC_ONLY if getattr(args, name)]
+    given = flags_given(args, dict.fromkeys(synthetic.SYNTHETIC_ONLY))
     if given:
         # a pair's own plans come from its measured acceptance: `python -m engine plan`
         raise UserError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --synthetic (random-weight "
