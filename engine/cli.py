@@ -22,6 +22,16 @@ class OneLineErrors(argparse.ArgumentParser):
             message += "; if its value starts with '-', write --flag=VALUE"
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
+    def parse_args(self, args=None, namespace=None):
+        # argparse reports flags no subcommand knows from the top-level parser, whose help lists
+        # only the commands: point to the help of the command that was given instead.
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(parsed, "command", None)
+            prog = f"{self.prog} {command}" if command else self.prog
+            self.exit(2, f"error: unrecognized arguments: {' '.join(extras)} (see {prog} --help)\n")
+        return parsed
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrors(prog="python -m engine", description="Sequoia Live engine: tree speculative decoding.")

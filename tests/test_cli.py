@@ -341,7 +341,8 @@ def test_other_commands_refuse_what_needs_no_models_before_loading_them(tmp_path
                          (["export", "--format", "json", "--temperature", "0", "--budget", "8", "--depth", "4",
                            "--out", a_file / "x.json"], "cannot write --out"),
                          (["bench", "--learning-check-tokens", "5"], "--learning-check-tokens needs --learning-check"),
-                         (["plan", "--acceptance", "-0.1,0.2", "--budget", "3", "--depth", "3"], "--flag=VALUE")):
+                         (["plan", "--acceptance", "-0.1,0.2", "--budget", "3", "--depth", "3"], "--flag=VALUE"),
+                         (["plan", "--bogus", "3"], "--bogus 3 (see python -m engine plan --help)")):
         try:
             code, err = in_process(capsys, *args)
         except SystemExit as exc:   # argparse's own errors: one line too
