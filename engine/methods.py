@@ -30,7 +30,10 @@ class Method:
             return f"chain d={t.depth}"
         if self.name == "specinfer":
             return f"SpecInfer {t.level_widths[1] if t.depth > 1 else 0}x{t.depth}"
-        return f"{'Sequoia (hardware-aware)' if self.name == 'sequoia-auto' else 'Sequoia'} n={t.size} d={t.depth}"
+        name = "Sequoia (hardware-aware)" if self.name == "sequoia-auto" else "Sequoia"
+        if t.size == 1:   # a plan where no draft pays (slow draft, poor acceptance): say what runs
+            return f"{name} n=1: plain decoding, nothing drafted"
+        return f"{name} n={t.size} d={t.depth}"
 
     @property
     def uses_draft(self) -> bool:

@@ -158,3 +158,14 @@ def test_corrupt_growmap(tmp_path):
             Tree.from_growmap(data)
     with pytest.raises(TreeError):
         Tree.from_growmap(str(tmp_path / "missing.pt"))
+
+
+def test_method_labels_say_what_runs():
+    from engine import methods
+    assert methods.autoregressive().label == "autoregressive"
+    assert methods.chain(5).label == "chain d=5"
+    assert methods.specinfer(2, 4).label == "SpecInfer 2x4"
+    assert methods.sequoia(Tree.from_parents([-1, 0, 0, 1]), "sequoia-auto").label == "Sequoia (hardware-aware) n=4 d=3"
+    # a plan of one node drafts nothing: its label says so instead of reading like a tree
+    one = methods.sequoia(Tree((-1,)), "sequoia-auto").label
+    assert one.startswith("Sequoia (hardware-aware) n=1") and "plain decoding" in one
