@@ -121,8 +121,10 @@ def recommended_values(rec: dict | None) -> tuple[float, int, float]:
     """(temperature, top_k, top_p) for the Live and Race controls: greedy when the checkpoint does not sample."""
     if not rec:
         raise UserError("no pair is loaded: load one first")
-    temperature = min(max(float(rec["temperature"]), 0.0), 2.0) if rec.get("do_sample") else 0.0
-    return temperature, min(max(int(rec["top_k"]), 0), 200), min(max(float(rec["top_p"]), 0.05), 1.0)
+    if not rec.get("do_sample"):
+        return 0.0, 0, 1.0   # greedy: top-k and top-p would do nothing, so they are left off
+    return (min(max(float(rec["temperature"]), 0.0), 2.0), min(max(int(rec["top_k"]), 0), 200),
+            min(max(float(rec["top_p"]), 0.05), 1.0))
 
 
 def memory_markdown(mem: dict) -> str:
@@ -414,7 +416,7 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
             raise page_error(str(exc)) from None
         t, k, p = values
         note = (f"Live and Race now use temperature {t:g}, top-k {k}, top-p {p:g}"
-                + (" (greedy: the checkpoint does not sample)" if t == 0 else "") + ".")
+                + (" (greedy: the checkpoint does not sample; top-k and top-p are off)" if t == 0 else "") + ".")
         per_control = {"temperature": t, "top_k": k, "top_p": p}
         updates = [per_control[key] for c in (sampling_controls or []) for key in ("temperature", "top_k", "top_p")
                    if key in c]

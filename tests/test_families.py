@@ -236,7 +236,7 @@ def test_generation_defaults_as_generate_resolves_them():
     assert "top_k" not in rec["set_by_checkpoint"]
     from app.models_tab import pair_markdown, recommended_values
     assert recommended_values(rec) == (0.6, 50, 0.95)
-    assert recommended_values({**rec, "do_sample": False})[0] == 0.0
+    assert recommended_values({**rec, "do_sample": False}) == (0.0, 0, 1.0)   # greedy: no truncation set
     info = dataclasses.replace(pair, target=target).describe()
     assert "top-k **50**" in pair_markdown(info)
 
