@@ -12,11 +12,23 @@
   // phase: before the box's own blur). Gradio sent the release with the raw value, which was
   // refused, then snapped the box to its bound without an event: the page showed the old plan
   // beside a budget that Generate then ran (a budget of 0 ran as n=1).
+  // A box emptied and left gets back the value it had when entered (Gradio sent null, refused,
+  // then snapped the box to its minimum without a plan). By then the slider already holds the
+  // emptied value, so the value on entering is kept here.
+  const sliderBox = (box) => box instanceof HTMLInputElement && box.type === "number" && box.closest(".sq-controls")
+    ? box.closest(".block")?.querySelector('input[type="range"]') : null;
+  document.addEventListener("focus", (event) => {
+    if (sliderBox(event.target)) event.target.dataset.sqEntered = event.target.value;
+  }, true);
   document.addEventListener("blur", (event) => {
-    const box = event.target;
-    if (!(box instanceof HTMLInputElement) || box.type !== "number" || !box.closest(".sq-controls")) return;
-    const slider = box.closest(".block")?.querySelector('input[type="range"]');
-    if (!slider || box.value === "") return;   // (an emptied box: see the note in tests/test_browser.py)
+    const box = event.target, slider = sliderBox(box);
+    if (!slider) return;
+    if (box.value.trim() === "") {
+      if (!box.dataset.sqEntered) return;
+      box.value = box.dataset.sqEntered;
+      box.dispatchEvent(new Event("input", { bubbles: true }));
+      return;
+    }
     const low = Number(slider.min), high = Number(slider.max), value = Number(box.value);
     if (Number.isNaN(value) || (value >= low && value <= high)) return;
     box.value = String(Math.min(Math.max(value, low), high));

@@ -355,8 +355,17 @@ def test_a_budget_typed_out_of_range_is_planned_at_its_bound(served, page, monke
     box.fill("7")
     box.press("Enter")
     assert wait_for(lambda: 7 in asked, 20), asked
-    # not covered: a box emptied and left. Gradio sends null (refused), snaps the box to the minimum
-    # without a plan; putting the slider's value back in page.js did not reach Gradio's value first
+    # a box emptied and left gets back its value on entering (Gradio sent null, refused in a
+    # toast, then snapped the box to its minimum without a plan)
+    asked.clear()
+    box.fill("")
+    box.press("Tab")
+    page.wait_for_timeout(1500)
+    assert box.input_value() == "7", box.input_value()
+    box.fill("9")
+    box.press("Enter")
+    assert wait_for(lambda: 9 in asked, 20), asked
+    assert 1 not in asked and None not in asked, asked
     assert not page_errors(page), page_errors(page)
 
 
