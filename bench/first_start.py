@@ -23,4 +23,6 @@ def main():
 
 
 if __name__ == "__main__":
+    import argparse   # no options: --help shows what the script does instead of doing it
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

@@ -77,4 +77,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # load_pair may start worker processes (engine/embedded.py)
+    import argparse   # no options: --help shows what the script does instead of doing it
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

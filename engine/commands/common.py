@@ -25,7 +25,8 @@ def add_placement_args(g) -> None:
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N, mps or auto")
     g.add_argument("--dtype", default="auto", help="float32, bfloat16, float16 or auto (fp32 on CPU, bf16 on GPU)")
     g.add_argument("--target-device-map", default=None,
-                   help="accelerate device map for the target: auto, balanced, sequential or a JSON file")
+                   help="accelerate device map for the target: auto, balanced, balanced_low_0, sequential "
+                        "or a JSON file")
     g.add_argument("--draft-device-map", default=None, help="the same for the draft (default: one device)")
     g.add_argument("--max-memory", default=None, help="per-device limits for device maps, e.g. gpu0=20GiB,cpu=60GiB")
     g.add_argument("--offload-folder", default=None, help="where a device map may offload weights to disk")

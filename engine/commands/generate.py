@@ -23,7 +23,8 @@ def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text with one decoding method")
     add_pair_args(p)
     p.add_argument("--prompt", required=True, help="the text to continue (wrapped in the chat template, see --chat)")
-    p.add_argument("--method", choices=methods.METHOD_NAMES, default="sequoia")
+    p.add_argument("--method", choices=methods.METHOD_NAMES, default="sequoia",
+                   help="ar (plain decoding), chain, specinfer or sequoia (a DP tree; the default)")
     p.add_argument("--budget", type=int, default=None,
                    help="Sequoia tree size in nodes, the root included (default 16); for chain and specinfer "
                         "an upper bound their tree must fit")
