@@ -19,7 +19,7 @@ from engine import export as tree_export
 from engine import interpolation
 from engine import planning
 from engine.errors import UserError
-from engine.jobs import Progress
+from engine.jobs import Progress, ProfileKept
 from engine.models import servable_name
 from engine.planning import NeedsMeasurement, table_for
 from engine.tree import TreeError
@@ -269,13 +269,15 @@ def build(ctx: AppContext, live: dict) -> dict:
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
         stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
-        yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
+        yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
+                         profiled=job.result if job.state == "done" else None)
 
     def ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
-                   measured=None) -> dict:
+                   measured=None, profiled=None) -> dict:
         """The view once a measurement ended; its caption under the Stop button is recorded first
         (Session.line_after_stop). `measured`: the vector a Measure just made, said first (the chart
-        shows the prompt kind's vector where code and prose differ: the measurement showed nowhere)."""
+        shows the prompt kind's vector where code and prose differ: the measurement showed nowhere);
+        `profiled`: a Profile's result, said first where its noisy timing left the clean one in place."""
         sess = ctx.sessions.get(request)
         try:
             out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
@@ -284,6 +286,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             raise
         if measured is not None and acc_caption in out:
             out[acc_caption] = render.measured_words(measured, out[acc_caption]) + out[acc_caption]
+        if isinstance(profiled, ProfileKept) and prof_caption in out:
+            out[prof_caption] = render.kept_profile_words(profiled.noisy, profiled.kept) + out[prof_caption]
         sess.run_ended("planner", out.get(acc_caption, ""))
         return out
 

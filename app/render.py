@@ -207,6 +207,15 @@ def measured_words(vec, caption: str) -> str:
             "prompts of neither kind. ")
 
 
+def kept_profile_words(noisy, kept) -> str:
+    """A Profile whose timing was noisy while the cached one was clean: said before the caption
+    (engine/jobs.ProfileKept), or the press seemed to do nothing."""
+    load = (noisy.quality or {}).get("load_average_before")
+    return (f"✗ Timed again, but the repeats disagreed by {noisy.quality.get('worst_spread', 0) * 100:.0f} %"
+            + (f" (load {load[0]:.2f}: other work shares the cores)" if load else "")
+            + f", so the clean profile measured {kept.measured_at} stays. Profile again when the machine is quiet. ")
+
+
 def plan_line(result, running: bool = False, own_run: bool = False) -> str:
     """The plan's one line (and its notes). `running`: a re-plan the running job takes from its
     next step; `own_run`: the plan the running job started from (it re-planned nothing)."""

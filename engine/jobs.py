@@ -238,13 +238,23 @@ def background_job(ctx, task):
     return task.run_unit(ctx.pair, ctx.should_stop, ctx.progress)
 
 
+@dataclass
+class ProfileKept:
+    """A profile job's result when its new timing was noisy and the clean cached profile stayed."""
+    kept: profiler.DeviceProfile
+    noisy: profiler.DeviceProfile
+
+
 def profile_job(ctx, max_budget, force):
     pair = ctx.pair
-    if not force:
-        prof = profiler.cached_profile(pair)
-        if prof is not None:
-            return prof
+    cached = profiler.cached_profile(pair)
+    if cached is not None and not force:
+        return cached
     prof = profiler.profile_device(pair, max_budget=min(max_budget, MAX_BUDGET), progress=ctx.progress,
                                    should_stop=ctx.should_stop)
+    if cached is not None and profiler.cleaner_covers(cached, prof):
+        log.info("profile timed while the machine was busy (repeats spread %.0f %%): the clean cached one stays",
+                 prof.quality.get("worst_spread", 0) * 100)
+        return ProfileKept(cached, prof)
     prof.source = str(profiler.save_profile(pair, prof))
     return prof

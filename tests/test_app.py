@@ -1,11 +1,13 @@
 """The app launched in-process on a tiny pair and driven with gradio_client, as a script would."""
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
 import torch
 
+from engine import profiler
 from engine.errors import UserError
 from tests.app_server import served_tiny_pair
 
@@ -110,6 +112,20 @@ def test_measure_profile_and_load_models_are_usable(served, client):
     assert planner[2].startswith("✓ Measured just now:") and "shown below" in planner[2]   # said, and shown
     prof = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/profile")
     assert "overhead" in prof[5]
+    # a Profile whose timing came out noisy leaves a clean cached profile in place, and says so
+    pair = served["ctx"].worker.pair
+    cached = profiler.cached_profile(pair)
+    clean = replace(cached, quality={**cached.quality, "noisy": False, "worst_spread": 0.05},
+                    measured_at="the clean one")
+    profiler.save_profile(pair, clean)
+    noisy = replace(clean, quality={**clean.quality, "noisy": True, "worst_spread": 0.47,
+                                    "load_average_before": [1.8, 1.5, 1.2]}, measured_at="the noisy one")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profiler, "profile_device", lambda *a, **kw: replace(noisy))
+        prof = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/profile")
+    assert prof[5].startswith("✗ Timed again, but the repeats disagreed by 47 % (load 1.80"), prof[5]
+    assert "the clean profile measured the clean one stays" in prof[5] and "overhead" in prof[5]
+    assert profiler.cached_profile(pair).measured_at == "the clean one"
     loaded = client.predict(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")
     assert loaded[-1]["target"] == served["target"] and loaded[-1]["device"] == "cpu"
     with pytest.raises(Exception, match="neither a local folder"):
@@ -184,7 +200,6 @@ def _the_planner_marks_the_imported_tree_at_its_own_value(served, client, size, 
     be the imported one's."""
     import re
 
-    from engine import profiler
     pair = served["ctx"].worker.pair
     if profiler.cached_acceptance(pair, 0.0) is None:   # the charts need a vector at T = 0
         probs = [0.7, 0.15, 0.05] + [0.0] * 13

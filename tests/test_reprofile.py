@@ -49,7 +49,8 @@ def _spy(monkeypatch, result_spread, first_until_stopped=False):
     real one does."""
     calls = []
 
-    def fake(pair, max_budget, max_width, prefix_tokens, repeats, progress, should_stop, **kw):
+    def fake(pair, max_budget, max_width=None, prefix_tokens=None, repeats=None, progress=None, should_stop=None,
+             **kw):   # (the Planner's Profile gives only max_budget, progress and should_stop)
         calls.append({"max_budget": max_budget, "max_width": max_width, "prefix_tokens": prefix_tokens,
                       "repeats": repeats})
         if progress:
@@ -111,6 +112,28 @@ def test_a_quiet_profile_is_left_alone(worker, monkeypatch):
     worker.quiet.set()
     time.sleep(1.0)
     assert calls == []
+
+
+def test_a_profile_pressed_beside_other_work_keeps_the_clean_cached_one(worker, monkeypatch):
+    """A Profile pressed while the machine was busy timed a noisy profile (47 %) over a clean one
+    (8 %) and moved the plan on noise: the clean one stays and the job says so; a clean new timing,
+    or one over more sizes than the cached one, still replaces it."""
+    from engine.jobs import ProfileKept
+    clean = _with_spread(worker.seeded, 0.05)
+    worker.submit("a clean profile", lambda ctx: profiler.save_profile(ctx.pair, clean)).wait(30)
+    _spy(monkeypatch, result_spread=0.47)
+    kept = worker.profile(force=True).wait(60)
+    assert isinstance(kept, ProfileKept) and kept.noisy.quality["worst_spread"] == 0.47
+    assert profiler.cached_profile(worker.pair).measured_at == clean.measured_at == kept.kept.measured_at
+    _spy(monkeypatch, result_spread=0.02)
+    replaced = worker.profile(force=True).wait(60)
+    assert not isinstance(replaced, ProfileKept)
+    assert profiler.cached_profile(worker.pair).quality["worst_spread"] == 0.02
+    # a noisy timing over a wider range than the cached one's is kept: it covers what the old did not
+    wider = _with_spread(replace(worker.seeded, target_seconds={**worker.seeded.target_seconds, 8: 1.0}), 0.47)
+    assert not profiler.cleaner_covers(profiler.cached_profile(worker.pair), wider)
+    assert profiler.cleaner_covers(profiler.cached_profile(worker.pair), _with_spread(worker.seeded, 0.47))
+    assert not profiler.cleaner_covers(worker.seeded, _with_spread(worker.seeded, 9.5))   # noisy both: newest
 
 
 def test_a_busy_machine_postpones_the_try(worker, monkeypatch):
