@@ -25,6 +25,12 @@ from engine.tree import Tree
 
 ROOT, ACCEPTED, REJECTED, UNREACHED, BONUS = "root", "accepted", "rejected", "unreached", "bonus"
 
+# Prompt tokens per prefill forward. A prompt of 6,500 tokens read in one forward held the worker
+# for minutes on a 2-core CPU with no progress and no way to stop it (a helper's walk-through),
+# and its attention scores grew with the prompt's square; read in chunks it can be stopped
+# between them and says how far it got. Prompts up to this length are one forward, as before.
+PREFILL_CHUNK = 512
+
 
 @dataclass
 class NodeRecord:
@@ -104,7 +110,10 @@ class Decoder:
         self.draft_len = 0  # committed tokens held by the draft cache
 
     # ---------------- public ----------------
-    def run(self, prompt_ids: list[int], should_stop: Callable[[], bool] = lambda: False) -> Iterator[StepEvent]:
+    def run(self, prompt_ids: list[int], should_stop: Callable[[], bool] = lambda: False,
+            progress: Callable[[float, str], None] | None = None) -> Iterator[StepEvent]:
+        """progress(fraction, message): told how far the prefill of a prompt longer than
+        PREFILL_CHUNK tokens got (shorter prompts are one forward and say nothing)."""
         pair, s = self.pair, self.settings
         seq = list(prompt_ids)
         if not seq:
@@ -122,11 +131,9 @@ class Decoder:
             if held != (len(seq) - 1, len(seq) - 1):
                 raise ValueError(f"prefilled caches hold {held} tokens; the prompt needs {len(seq) - 1}")
             self.draft_len = len(seq) - 1
-        elif len(seq) > 1:
-            attention.forward_causal(pair.target, self.target_cache, seq[:-1])
-            if self.method.uses_draft:
-                attention.forward_causal(pair.draft, self.draft_cache, seq[:-1])
-                self.draft_len = len(seq) - 1
+        elif len(seq) > 1 and not self._prefill(seq[:-1], should_stop, progress):
+            yield self._final_event({"steps": 0, "seconds": 0.0}, [], "", self.now() - t0, "stopped")
+            return
         prefill = self.now() - t0
         generated: list[int] = []
         totals = {"steps": 0, "seconds": 0.0}
@@ -163,6 +170,27 @@ class Decoder:
                             done=finish is not None, finish_reason=finish, answer=answer, **event_parts)
             if finish:
                 return
+
+    def _prefill(self, ids: list[int], should_stop, progress) -> bool:
+        """Both caches take the prompt but its last token (the first step's root), PREFILL_CHUNK
+        tokens per forward. False when a Stop came between two forwards."""
+        models = [("target", self.pair.target, self.target_cache)]
+        if self.method.uses_draft:
+            models.append(("draft", self.pair.draft, self.draft_cache))
+        chunks = [ids[i:i + PREFILL_CHUNK] for i in range(0, len(ids), PREFILL_CHUNK)]
+        done, total = 0, len(chunks) * len(models)
+        for name, model, cache in models:
+            for chunk in chunks:
+                if done and should_stop():
+                    return False
+                attention.forward_causal(model, cache, chunk)
+                done += 1
+                if progress is not None and len(chunks) > 1:
+                    read = cache.get_seq_length()
+                    progress(done / total, f"reading the prompt into the {name}: {read:,} of {len(ids):,} tokens")
+        if self.method.uses_draft:
+            self.draft_len = len(ids)
+        return True
 
     def _fitted(self, tree: Tree, length: int) -> Tree:
         """The plan cut to what fits: positions below the context limit. Sliding-window layers

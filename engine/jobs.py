@@ -142,7 +142,8 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
     method = result.method
     replan = Replanner(pair, result, settings, user=plan, learn=learn, prompt_ids=ids)
     events = []
-    for event in Decoder(pair, method, settings, plan=replan).run(ids, should_stop=ctx.should_stop):
+    for event in Decoder(pair, method, settings, plan=replan).run(ids, should_stop=ctx.should_stop,
+                                                                  progress=ctx.progress):
         events.append(event)
         replan.observe(event)
         if replan.learner is not None and event.nodes:  # before the event: the page draws both at once
@@ -150,6 +151,11 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
         yield event
     replan.finish()
     return events[-1] if events else None
+
+
+def _lane_progress(ctx, lane: str):
+    """A lane's prefill progress (long prompts only), named after the lane."""
+    return lambda fraction, message: ctx.progress(None, f"{lane}: {message}")
 
 
 def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, learn: bool = True):
@@ -182,11 +188,13 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
             if ctx.should_stop():   # a Stop during one lane's warm-up ends them all, not just that one
                 break
             ctx.progress(None, f"race warm-up (untimed): {lane}")
-            for _ in Decoder(pair, result.method, warm).run(ids, should_stop=ctx.should_stop):
+            for _ in Decoder(pair, result.method, warm).run(ids, should_stop=ctx.should_stop,
+                                                            progress=_lane_progress(ctx, f"warm-up, {lane}")):
                 pass
     # the lanes step in turn, the one furthest behind first (engine/interleave.py): a machine whose
     # speed drifts slows every lane alike instead of whichever ran in a slow minute
-    lanes = [Lane(lane, Decoder(pair, result.method, settings).run(ids, should_stop=ctx.should_stop),
+    lanes = [Lane(lane, Decoder(pair, result.method, settings).run(ids, should_stop=ctx.should_stop,
+                                                                   progress=_lane_progress(ctx, lane)),
                   settings.max_new_tokens) for lane, result in planned]
     # the header shows the last progress line: it said "race warm-up (untimed)" all through the race
     ctx.progress(None, f"race: timing {plural(len(planned), 'lane')} together")

@@ -154,7 +154,8 @@ def run(args) -> int:
     for i in range(args.num_samples):
         replan = Replanner(pair, plan, settings, learn=args.learn, prompt_ids=prompt_ids)
         events, others = [], observed.OthersWatch()
-        for event in Decoder(pair, method, settings, generator=generator, plan=replan).run(prompt_ids):
+        decoder = Decoder(pair, method, settings, generator=generator, plan=replan)
+        for event in decoder.run(prompt_ids, progress=lambda fraction, message: log.info("%s", message)):
             replan.observe(event)  # between steps: the next tree depends on finished steps only
             events.append(event)
         replan.finish()

@@ -1,0 +1,77 @@
+"""A long prompt is read PREFILL_CHUNK tokens per forward (engine/decoding.py): the output still
+equals generate()'s, a Stop lands between two forwards, and the reading says how far it got (a
+6,500-token prompt held the worker for minutes with no progress and no way to stop it)."""
+import pytest
+
+from engine import attention, decoding, methods
+from engine.decoding import Decoder, generate_ids
+from engine.models import encode_prompt
+from engine.settings import Settings
+from engine.tree import Tree
+from tests.tiny import WINDOW, greedy_reference, tiny_pair
+
+CHUNK = 7
+TOKENS = 24
+
+
+def long_prompt(pair, length: int) -> list[int]:
+    ids = encode_prompt(pair, "the quick brown fox jumps over the lazy dog " * 20, chat=False)[:length]
+    assert len(ids) == length
+    return ids
+
+
+def counted_forwards(monkeypatch) -> list[int]:
+    """The length of every causal forward (the prefill's), in order."""
+    lengths, real = [], attention.forward_causal
+
+    def spy(model, cache, ids):
+        lengths.append(len(ids))
+        return real(model, cache, ids)
+    monkeypatch.setattr(attention, "forward_causal", spy)
+    return lengths
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "mistral"])
+def test_a_prompt_read_in_chunks_decodes_as_generate_does(family, monkeypatch):
+    """Sliding-window families too: the prompt (3 windows long) is read in chunks shorter than
+    the window, so their caches forget columns between the chunks."""
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", CHUNK)
+    pair = tiny_pair(family)
+    ids = long_prompt(pair, 3 * WINDOW + 5)
+    reference = greedy_reference(pair, ids, TOKENS)
+    lengths = counted_forwards(monkeypatch)
+    for method in (methods.autoregressive(), methods.sequoia(Tree.from_branching([3, 2, 1, 1, 0, 1]))):
+        lengths.clear()
+        out, events = generate_ids(pair, ids, method, Settings(max_new_tokens=TOKENS, ignore_eos=True))
+        assert out == reference, (family, method.label)
+        models = 2 if method.uses_draft else 1
+        # prompt but its last token, per model: chunks of CHUNK, then whatever the steps read
+        prefill = lengths[:models * -(-(len(ids) - 1) // CHUNK)]
+        assert max(prefill) == CHUNK and sum(prefill) == models * (len(ids) - 1), prefill
+
+
+def test_a_stop_lands_between_two_chunks_and_ends_the_run_before_a_step(monkeypatch):
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", CHUNK)
+    pair = tiny_pair("llama")
+    ids = long_prompt(pair, 60)
+    lengths = counted_forwards(monkeypatch)
+    events = list(Decoder(pair, methods.chain(4), Settings(max_new_tokens=8)).run(
+        ids, should_stop=lambda: len(lengths) >= 3))
+    assert len(lengths) == 3   # the stop was seen before the fourth forward
+    assert len(events) == 1 and events[0].finish_reason == "stopped" and events[0].total_steps == 0
+
+
+def test_the_reading_of_a_long_prompt_says_how_far_it_got(monkeypatch):
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", CHUNK)
+    pair = tiny_pair("llama")
+    said = []
+    decoder = Decoder(pair, methods.chain(4), Settings(max_new_tokens=4))
+    list(decoder.run(long_prompt(pair, 30), progress=lambda fraction, message: said.append((fraction, message))))
+    fractions = [f for f, _ in said]
+    assert len(said) == 2 * 5 and fractions == sorted(fractions) and fractions[-1] == 1.0   # 29 tokens: 5 chunks
+    assert said[0][1] == "reading the prompt into the target: 7 of 29 tokens"
+    assert said[-1][1] == "reading the prompt into the draft: 29 of 29 tokens"
+    said.clear()   # a prompt of one chunk is one forward and says nothing
+    list(Decoder(pair, methods.chain(4), Settings(max_new_tokens=4)).run(
+        long_prompt(pair, CHUNK), progress=lambda fraction, message: said.append(message)))
+    assert said == []
