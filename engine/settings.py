@@ -39,8 +39,10 @@ class Settings:
             raise UserError(f"max new tokens must be an integer (got {self.max_new_tokens!r})")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             raise UserError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS} (got {self.max_new_tokens})")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**63:
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise UserError(f"seed must be a non-negative integer (got {self.seed!r})")
+        if self.seed >= 2**63:   # torch's generators take 64-bit seeds
+            raise UserError(f"seed must be below 2^63 = {2**63:,} (got {self.seed:,})")
 
     @property
     def greedy(self) -> bool:
