@@ -150,6 +150,15 @@ class Run:
         return (f" (learning changed its tree {plural(changes, 'time')}; "
                 f"the last one n={last.size} d={last.depth})")
 
+    def settings_words(self) -> str:
+        """The sampling the run used, for its Done line: the sliders may read other values by then
+        (a move during or after the run plans the next one)."""
+        st = self.settings
+        if st.greedy:
+            return "greedy (T = 0)"
+        return (f"sampled at T = {st.temperature:g}, top-k {st.top_k or 'off'}, top-p {st.top_p:g}, "
+                f"seed {st.seed}")
+
     def predicted(self) -> tuple[float | None, str]:
         """Mean over the steps so far of F(tree of that step) under the plan's vector."""
         if self.plan is None:
@@ -231,7 +240,8 @@ class Run:
                 "accepted_ranks": ev.accepted_ranks, "tree_size": len(ev.tree_parents),
                 "draft_seconds": ev.draft_seconds, "verify_seconds": ev.verify_seconds,
                 "other_seconds": ev.other_seconds, "prefill_seconds": ev.prefill_seconds,
-                "seconds": ev.total_seconds, **({"answer": ev.answer} if ev.done else {})}
+                "seconds": ev.total_seconds, "temperature": self.settings.temperature, "top_k": self.settings.top_k,
+                "top_p": self.settings.top_p, "seed": self.settings.seed, **({"answer": ev.answer} if ev.done else {})}
 
 
 def build(ctx: AppContext, header: dict) -> dict:
@@ -255,7 +265,10 @@ def build(ctx: AppContext, header: dict) -> dict:
                               elem_id="sq-top-k")
             top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p", elem_id="sq-top-p")
             learn = gr.Checkbox(value=True, label="Learn acceptance while it runs (re-plans between steps; "
-                                                  "exact either way)", elem_id="sq-learn")
+                                                  "exact either way)", elem_id="sq-learn",
+                                # a seed fixes the draws, the tree decides which draw serves which token
+                                info="At T > 0 what a run learns can change the next run's tree, and with it "
+                                     "the sample a seed gives; untick to repeat a sample.")
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens",
                                     elem_id="sq-max-new", min_width=100)
@@ -709,7 +722,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
              "context": "the context is full"}.get(ev.finish_reason, ev.finish_reason)))
         return (f"{head}: **{plural(ev.total_tokens, 'token')} in {plural(ev.total_steps, 'step')}**, "
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
-                f"{run.replanned_words()}."
+                f"{run.replanned_words()}, {run.settings_words()}."
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
     return f"● {run.label}: step {ev.step} · {plural(ev.total_tokens, 'token')} · {ev.tokens_per_second:.1f} tokens/s"
 

@@ -522,12 +522,30 @@ def test_a_stopped_live_run_says_stopped_not_done():
     def last(reason, steps, tokens):
         return SimpleNamespace(done=True, finish_reason=reason, total_tokens=tokens, total_steps=steps,
                                tokens_per_step=tokens / max(steps, 1), tokens_per_second=2.0)
-    run = SimpleNamespace(label="Sequoia n=8 d=4", replanned_words=lambda: "")
+    run = SimpleNamespace(label="Sequoia n=8 d=4", replanned_words=lambda: "", settings_words=lambda: "greedy (T = 0)")
     assert _run_status(last("stopped", 0, 0), run) == STOPPED_BEFORE_A_STEP
     line = _run_status(last("stopped", 5, 12), run)
     assert line.startswith("■ Stopped: **12 tokens in 5 steps**") and "Done" not in line and "Replay" in line
     line = _run_status(last("eos", 1, 3), run)
     assert line.startswith("✓ Done (the model ended its answer): **3 tokens in 1 step**") and "Replay" not in line
+
+
+def test_a_live_runs_last_line_and_step_data_name_the_sampling_it_used():
+    """A helper's walk-through: after a sampled run nothing on screen said at which temperature,
+    top-k, top-p and seed it ran (the sliders read the next run's values by then)."""
+    from types import SimpleNamespace
+    from app.live import Run, _run_status
+    from engine.settings import Settings
+    ev = SimpleNamespace(done=True, finish_reason="max_new_tokens", total_tokens=24, total_steps=8,
+                         tokens_per_step=3.0, tokens_per_second=2.0, step=8, method="sequoia", text="x",
+                         new_text="", new_token_ids=[], accepted_ranks=[], tree_parents=[-1], draft_seconds=0,
+                         verify_seconds=0, other_seconds=0, prefill_seconds=0, total_seconds=1, answer="x", nodes=[])
+    sampled = Run(Settings(temperature=0.7, top_p=0.9, top_k=40, seed=7))
+    assert _run_status(ev, sampled).endswith("tokens/s with , sampled at T = 0.7, top-k 40, top-p 0.9, seed 7. "
+                                             "Drag *Replay a step* to look at any step.")
+    assert (sampled.data(ev)["temperature"], sampled.data(ev)["top_k"], sampled.data(ev)["seed"]) == (0.7, 40, 7)
+    assert ", greedy (T = 0)." in _run_status(ev, Run(Settings(top_k=40)))
+    assert "top-k off" in Run(Settings(temperature=1.0)).settings_words()
 
 
 def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
