@@ -344,13 +344,22 @@ def build(ctx: AppContext, header: dict) -> dict:
         sess.publish(spec.kind, result)  # a PlanResult: the running job's learning re-plans its spec
         running = sess.running
         follows = running and sess.run_info.get("kind") == spec.kind
+        run_keeps = ""
         if follows:
             note = f"Re-planned: **{result.method.label}** — the running job uses it from its next step."
+            run = sess.run_info.get("run")
+            ran = getattr(run, "settings", None)
+            if ran is not None and _sampling(ran) != _sampling(settings):
+                # only the tree reaches a running job: its draws stay those of the settings it started with
+                run_keeps = run.settings_words()
+                note = (f"Re-planned: **{result.method.label}** — the running job takes this tree from its next "
+                        f"step but keeps its own sampling ({run_keeps}); the new sampling applies to the next run.")
         elif running:
             note = f"Planned **{result.method.label}** for the next run (the running one uses another method)."
         else:
             note = f"Planned **{result.method.label}**: this tree is used by the next run."
-        out = {plan_md: render.plan_line(result, follows), plan_json: result.summary(), status: note}
+        out = {plan_md: render.plan_line(result, follows, run_keeps=run_keeps), plan_json: result.summary(),
+               status: note}
         if not running:
             vec = result.planning_probabilities
             out[tree] = plots.plan_figure(result.tree, vec)
@@ -711,6 +720,11 @@ def stop_reply(stopped: str | None, tab: str, took_back: list[str] = (), stoppin
 
 
 STOPPED_BEFORE_A_STEP = "Stopped before the first step."
+
+
+def _sampling(settings) -> tuple:
+    """What decides a run's draws: at T = 0 top-k and top-p change nothing."""
+    return ("greedy",) if settings.greedy else (settings.temperature, settings.top_k, settings.top_p)
 
 
 def _run_status(ev: StepEvent, run: Run) -> str:

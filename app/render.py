@@ -216,9 +216,11 @@ def kept_profile_words(noisy, kept) -> str:
             + f", so the clean profile measured {kept.measured_at} stays. Profile again when the machine is quiet. ")
 
 
-def plan_line(result, running: bool = False, own_run: bool = False) -> str:
+def plan_line(result, running: bool = False, own_run: bool = False, run_keeps: str = "") -> str:
     """The plan's one line (and its notes). `running`: a re-plan the running job takes from its
-    next step; `own_run`: the plan the running job started from (it re-planned nothing)."""
+    next step; `own_run`: the plan the running job started from (it re-planned nothing);
+    `run_keeps`: the running job's own sampling, where the plan is for other settings (only the
+    tree reaches a running job)."""
     if result is None:
         return '<div class="sq-plan">No plan yet.</div>'
     t = result.tree
@@ -249,7 +251,9 @@ def plan_line(result, running: bool = False, own_run: bool = False) -> str:
     if learned is not None and result.acceptance is not None:
         note += (f'<div class="sq-note">plan backed by {result.backing_positions} positions '
                  f'({backing_detail(result)})</div>')
-    tail = (' <span class="sq-note">(the running job uses it from its next step)</span>' if running else
+    tail = (f' <span class="sq-note">(the running job takes this tree from its next step but keeps its own '
+            f'sampling, {esc(run_keeps)}; the new sampling applies to the next run)</span>' if running and run_keeps else
+            ' <span class="sq-note">(the running job uses it from its next step)</span>' if running else
             ' <span class="sq-note">(the running job started from it)</span>' if own_run else "")
     return f'<div class="sq-plan">Plan: {" · ".join(parts)}{tail}{note}</div>'
 

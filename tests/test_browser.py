@@ -265,6 +265,30 @@ def test_an_example_picked_during_a_run_is_planned_for_once_the_run_ends(served,
     assert not page_errors(page), page_errors(page)
 
 
+def test_a_temperature_moved_during_a_run_says_the_run_keeps_its_own_sampling(served, page, monkeypatch):
+    """Only the tree reaches a running job. A helper typed T = 0 during a T = 0.7 run and read
+    "the running job uses it from its next step", while the run went on sampling at 0.7."""
+    from dataclasses import replace
+
+    from engine import profiler
+    url, ctx = served
+    start_a_slow_run(page, url, monkeypatch)
+    # the page measured T = 0 for its first plan; a copy at T = 0.7 lets the move plan at once
+    greedy = [v for v in profiler.measured_vectors(ctx.worker.pair) if v.temperature == 0]
+    profiler.save_acceptance(ctx.worker.pair, replace(greedy[0], temperature=0.7, sampler="sequoia"))
+    box = page.locator("#sq-temperature input[type=number]")
+    box.fill("0.7")
+    box.press("Enter")
+    # the plan line says it (the status line's note gives way to the next step's line at once)
+    page.wait_for_function("document.querySelector('#sq-plan').innerText.includes('keeps its own "
+                           "sampling, greedy (T = 0); the new sampling applies to the next run')", timeout=20_000)
+    page.click("#sq-stop")
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
+                           timeout=20_000)
+    assert "greedy (T = 0)" in page.locator("#sq-live-status").inner_text()   # what the run used
+    assert not page_errors(page), page_errors(page)
+
+
 def test_the_stops_reply_stays_until_the_runs_last_line(served, page, monkeypatch):
     """After Stop's "■ stopping after the current step…" the step that ended after the Stop showed
     its own line ("● … step 4 · 16 tokens") before "■ Stopped:", as if the Stop had been ignored.
