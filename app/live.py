@@ -481,7 +481,9 @@ def build(ctx: AppContext, header: dict) -> dict:
         ahead = job.position
         try:   # from the first yield: a page that goes away there stops the run too
             yield {status: f"… waiting for the model worker ({plural(ahead, 'job')} ahead)…"
-                   if ahead else "… starting…", replay: gr.update(interactive=False),
+                   if ahead else "… starting…",
+                   # greyed, and no longer naming the last run's steps (it read "1–8", 8, all run long)
+                   replay: gr.update(interactive=False, label="Replay a step (once this run ends)"),
                    text: render.text_html([], placeholder="…")}
             for item in job.stream():
                 going = not job.stop_requested   # after a Stop its "stopping…" stays until the last line

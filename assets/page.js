@@ -1,10 +1,12 @@
 () => {
   // Enter in a number box of the Live controls counts as leaving it: a slider re-plans on release,
   // which Gradio fires when its box loses focus but not on Enter (max new tokens re-plans on blur too)
+  // (the Replay slider's box too: it sits outside the controls, under the tree)
+  const OURS = ".sq-controls, #sq-replay";
   document.addEventListener("keydown", (event) => {
     const box = event.target;
     if (event.key === "Enter" && box instanceof HTMLInputElement && box.type === "number"
-        && box.closest(".sq-controls")) {
+        && box.closest(OURS)) {
       box.blur();
     }
   });
@@ -15,10 +17,26 @@
   // A box emptied and left gets back the value it had when entered (Gradio sent null, refused,
   // then snapped the box to its minimum without a plan). By then the slider already holds the
   // emptied value, so the value on entering is kept here.
-  const sliderBox = (box) => box instanceof HTMLInputElement && box.type === "number" && box.closest(".sq-controls")
+  // A slider of whole steps (budget, depth, top-k, Replay) takes a typed fraction rounded: Replay
+  // showed step 2 beside a box reading 2.5.
+  const sliderBox = (box) => box instanceof HTMLInputElement && box.type === "number" && box.closest(OURS)
     ? box.closest(".block")?.querySelector('input[type="range"]') : null;
   document.addEventListener("focus", (event) => {
     if (sliderBox(event.target)) event.target.dataset.sqEntered = event.target.value;
+  }, true);
+  // An emptied box is kept from Gradio until it is left (it would send null, refused in a toast).
+  // Replay answers each keystroke (its event is input, not release): a step beyond the run is
+  // brought to the last one as typed, not refused in a toast beside a box still reading 999.
+  document.addEventListener("input", (event) => {
+    const box = event.target, slider = sliderBox(box);
+    if (!slider) return;
+    if (box.value.trim() === "") {
+      event.stopPropagation();
+      return;
+    }
+    if (!box.closest("#sq-replay")) return;
+    const typed = Number(box.value), low = Number(slider.min), high = Number(slider.max);
+    if (!Number.isNaN(typed) && (typed < low || typed > high)) box.value = String(Math.min(Math.max(typed, low), high));
   }, true);
   document.addEventListener("blur", (event) => {
     const box = event.target, slider = sliderBox(box);
@@ -29,9 +47,12 @@
       box.dispatchEvent(new Event("input", { bubbles: true }));
       return;
     }
-    const low = Number(slider.min), high = Number(slider.max), value = Number(box.value);
-    if (Number.isNaN(value) || (value >= low && value <= high)) return;
-    box.value = String(Math.min(Math.max(value, low), high));
+    const low = Number(slider.min), high = Number(slider.max), step = Number(slider.step), typed = Number(box.value);
+    if (Number.isNaN(typed)) return;
+    let value = Math.min(Math.max(typed, low), high);
+    if (Number.isInteger(step) && step >= 1) value = low + Math.round((value - low) / step) * step;
+    if (value === typed) return;
+    box.value = String(value);
     box.dispatchEvent(new Event("input", { bubbles: true }));
   }, true);
 }

@@ -2,6 +2,7 @@
 screenshot. Fails if the page shows an error or no tree. Skipped only without /usr/bin/chromium
 (CI installs Debian's `chromium`). Set SEQUOIA_SCREENSHOT=path to keep the screenshot."""
 import os
+import re
 import shutil
 import time
 
@@ -100,6 +101,19 @@ def test_live_generation_draws_the_tree(served, page, tmp_path):
     keep = os.environ.get("SEQUOIA_SCREENSHOT")
     if keep:
         shutil.copy(shot, keep)
+    # Replay: a step typed beyond the run is its last step, a fraction is rounded, an emptied box
+    # gets its step back (a helper's walk-through: a toast beside a box still reading 999; step 2
+    # shown beside 2.5; an emptied box reset to 1 while step 2 stayed on screen)
+    steps = int(re.search(r"in (\d+) steps", status)[1])
+    box = page.locator("#sq-replay input[type=number]")
+    for typed, shown in (("999", steps), ("1.6", 2), ("", 2)):
+        box.fill(typed)
+        box.press("Enter" if typed else "Tab")
+        page.wait_for_function(f"document.querySelector('#sq-live-status').innerText.includes("
+                               f"'Replaying step {shown} of {steps}')", timeout=10_000)
+        page.wait_for_timeout(500)
+        assert box.input_value() == str(shown), (typed, box.input_value())
+    assert not page_errors(page), page_errors(page)
 
 
 def test_picking_an_example_re_plans_for_it(served, page, monkeypatch):
