@@ -47,7 +47,8 @@ def no_pair_text(worker, while_loading: str) -> str:
     return NO_PAIR
 
 
-def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, check=None, **options):
+def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, check=None,
+              waiting_on=None, **options):
     """Wires `button`'s click to `fn`, a run that waits for the model slot (MODEL),
     behind a check of its fields that waits for nothing (LIGHT): Gradio preprocesses the inputs
     only when an event leaves its queue, so a field out of bounds (every Number and Slider is
@@ -55,6 +56,9 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
     `check(*values)` refuses (UserError, TreeError: reads only, no model) was said only once the
     job ahead had ended (minutes, behind a race). The check says it at once and `fn` starts only
     if it passed. A script calling `api_name` is checked as before, when its event starts.
+    `waiting_on` (status line, worker): where the check says that the run waits for another job
+    (another page's run or race holds the model; Gradio's own queue note did not show there, and
+    the line kept the last run's words for as long as the wait lasted).
     The button is greyed from then until the run has ended: a second press meanwhile did
     nothing and said nothing (its fields were checked again, and Gradio skipped the run, its
     event still pending). A run a Stop took back while it waited ends, and gives the button
@@ -68,13 +72,28 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
                 check(*values)
             except (UserError, TreeError) as exc:
                 raise page_error(str(exc)) from None
-        return gr.update(interactive=False)
-    checked = button.click(fields_checked, inputs, button, api_name=f"{api_name}_fields", show_progress="hidden",
-                           **PAGE_WIRING, **LIGHT)
+        if waiting_on is None:
+            return gr.update(interactive=False)
+        return gr.update(interactive=False), waiting_line(waiting_on[1].status())
+    checked = button.click(fields_checked, inputs, [button, waiting_on[0]] if waiting_on else button,
+                           api_name=f"{api_name}_fields", show_progress="hidden", **PAGE_WIRING, **LIGHT)
     run = checked.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
     # in the page only: a server event to give the button back could be refused (queue full)
     after_run(run, None, None, button, f"{api_name}_ended", js=BUTTON_BACK, show_progress="hidden", **PAGE_WIRING)
     return run
+
+
+def waiting_line(worker_status: dict):
+    """The status line while a pressed run waits for a job that holds the model, else no change."""
+    if worker_status.get("state") != "busy":
+        return gr.skip()
+    job = JOB_WORDS.get(worker_status.get("job"), "another job")
+    return f"… waiting: the model is busy with {job} (one job at a time, from any page); this starts when it ends."
+
+
+JOB_WORDS = {"generate": "a Live run", "plan": "measuring acceptance for a Live plan", "race": "a race",
+             "measure acceptance": "an acceptance measurement", "profile device": "profiling the device",
+             "check pair": "a pair check", "load models": "loading a pair"}
 
 
 BUTTON_BACK = "() => ({__type__: 'update', interactive: true})"   # gr.update(interactive=True), as the page reads it
@@ -578,7 +597,7 @@ def build(ctx: AppContext, header: dict) -> dict:
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
     run_event = model_run(go, generate, gen_inputs, gen_outputs, "generate", prompt_at=0,
-                          show_progress="minimal", show_progress_on=[status])  # the queue position shows on the status line only
+                          waiting_on=(status, ctx.worker), show_progress="minimal", show_progress_on=[status])  # the queue position shows on the status line only
     after_run(run_event, plan_after_run, plan_inputs, plan_outputs, "plan_after_run", show_progress="hidden",
               **PAGE_WIRING, **LIGHT)
     wire_stop(ctx, stop, "live", status, api_name="stop", runs={"Live run": run_event})

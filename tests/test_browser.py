@@ -303,6 +303,28 @@ def test_a_temperature_moved_during_a_run_says_the_run_keeps_its_own_sampling(se
     assert not page_errors(page), page_errors(page)
 
 
+def test_a_run_waiting_for_another_pages_job_says_so(served, page, monkeypatch):
+    """Pressed while another page's run held the model, the status line kept the last run's words
+    for as long as the wait lasted (Gradio's queue note did not show there)."""
+    url, ctx = served
+    start_a_slow_run(page, url, monkeypatch)   # the other page's run
+    other = page.context.new_page()
+    before = set(ctx.sessions._items)
+    open_page(other, url)
+    assert wait_for(lambda: first_plan_marked(ctx, before), 60)
+    other.locator("#sq-max-new input").fill("8")
+    other.locator("#sq-max-new input").blur()
+    other.wait_for_timeout(500)
+    other.click("#sq-generate")
+    other.wait_for_function("document.querySelector('#sq-live-status').innerText.includes("
+                            "'waiting: the model is busy with a Live run')", timeout=10_000)
+    page.click("#sq-stop")
+    run_ends(other, ctx)
+    assert "Done" in other.locator("#sq-live-status").inner_text()
+    assert not page_errors(other), page_errors(other)
+    other.close()
+
+
 def test_the_stops_reply_stays_until_the_runs_last_line(served, page, monkeypatch):
     """After Stop's "■ stopping after the current step…" the step that ended after the Stop showed
     its own line ("● … step 4 · 16 tokens") before "■ Stopped:", as if the Stop had been ignored.
