@@ -74,16 +74,32 @@ def bonus_part(ev) -> str:
     return bonus.text if bonus.text and ev.new_text.endswith(bonus.text) else ""
 
 
+def eos_part(ev) -> str:
+    """The text of the token that ended the answer (e.g. <|im_end|>), when it closes this step's
+    new text: shown muted, apart from the answer (it read as part of the answer's last word)."""
+    if not (ev.done and ev.finish_reason == "eos" and ev.answer is not None and ev.text.startswith(ev.answer)):
+        return ""
+    eos = ev.text[len(ev.answer):]
+    return eos if eos and ev.new_text.endswith(eos) else ""
+
+
 def step_span(ev, current: bool = False) -> str:
     if not ev.new_text:
         return ""
-    tail = bonus_part(ev)
-    head = ev.new_text[: len(ev.new_text) - len(tail)] if tail else ev.new_text
+    tail, eos = bonus_part(ev), eos_part(ev)
     accepted = len(ev.accepted_path) - 1
     tip = (f"step {ev.step}: {plural(accepted, 'drafted token')} accepted"
            f"{' + 1 bonus token' if tail else ''} ({len(ev.new_token_ids)} new)")
+    head = ev.new_text[: len(ev.new_text) - len(tail)] if tail else ev.new_text
+    if eos and tail == eos:   # the target's own bonus token ended the answer
+        tail = ""
+    elif eos:                 # a drafted token the target accepted ended it
+        head = head[: len(head) - len(eos)]
     cls = f"sq-step sq-s{ev.step % STEP_CLASSES}" + (" sq-current" if current else "")
     inner = esc(head) + (f'<span class="sq-bonus">{esc(tail)}</span>' if tail else "")
+    if eos:
+        inner += (f'<span class="sq-eos" title="{esc(eos)}: the end-of-answer token; the model ended its '
+                  f'answer here">{esc(eos)}</span>')
     return f'<span class="{cls}" title="{esc(tip)}" data-step="{ev.step}">{inner}</span>'
 
 

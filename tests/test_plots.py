@@ -115,6 +115,25 @@ def test_text_is_shaded_by_step_with_the_bonus_marked():
     assert 'title="step 2: 2 drafted tokens accepted + 1 bonus token (3 new)"' in html
 
 
+def test_the_token_that_ended_the_answer_is_shown_apart_from_it():
+    """A helper's walk-through read "Peace in the sea.<|im_end|>" as the answer's last word."""
+    ev = hand_made_event(1)
+    # the target's bonus token " g" ended the answer
+    bonus_end = replace(ev, done=True, finish_reason="eos", answer="be", text="be g")
+    html = render.step_span(bonus_end)
+    assert html.endswith('be<span class="sq-eos" title=" g: the end-of-answer token; the model ended its answer '
+                         'here"> g</span></span>'), html
+    assert "+ 1 bonus token" in html and "sq-bonus" not in html
+    # a drafted token the target accepted ended it (no bonus token after it)
+    accepted_end = replace(ev, done=True, finish_reason="eos", new_text="be", new_token_ids=[11, 14],
+                           answer="b", text="be")
+    html = render.step_span(accepted_end)
+    assert '>b<span class="sq-eos"' in html and "sq-bonus" not in html
+    # an answer cut at max new tokens, or a step before the last, shows its text as it is
+    assert "sq-eos" not in render.step_span(replace(ev, done=True, finish_reason="max_new_tokens", answer="be g"))
+    assert "sq-eos" not in render.step_span(ev)
+
+
 def test_other_charts_build():
     import numpy as np
     from engine.planner import choose_shape
