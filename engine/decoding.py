@@ -28,7 +28,8 @@ ROOT, ACCEPTED, REJECTED, UNREACHED, BONUS = "root", "accepted", "rejected", "un
 # Prompt tokens per prefill forward. A prompt of 6,500 tokens read in one forward held the worker
 # for minutes on a 2-core CPU with no progress and no way to stop it (a helper's walk-through),
 # and its attention scores grew with the prompt's square; read in chunks it can be stopped
-# between them and says how far it got. Prompts up to this length are one forward, as before.
+# between them and says how far it got. Prompts up to this length + 1 (the last token is the
+# first step's root) are one forward, as before.
 # Not slower: a 2,346-token prompt on the embedded pair read in 47.8 s in chunks, 51.7 s in one.
 PREFILL_CHUNK = 256
 
@@ -113,8 +114,8 @@ class Decoder:
     # ---------------- public ----------------
     def run(self, prompt_ids: list[int], should_stop: Callable[[], bool] = lambda: False,
             progress: Callable[[float, str], None] | None = None) -> Iterator[StepEvent]:
-        """progress(fraction, message): told how far the prefill of a prompt longer than
-        PREFILL_CHUNK tokens got (shorter prompts are one forward and say nothing)."""
+        """progress(fraction, message): told how far the prefill of a prompt of more than
+        PREFILL_CHUNK + 1 tokens got (shorter prompts are one forward and say nothing)."""
         pair, s = self.pair, self.settings
         seq = list(prompt_ids)
         if not seq:
@@ -181,13 +182,13 @@ class Decoder:
         chunks = [ids[i:i + PREFILL_CHUNK] for i in range(0, len(ids), PREFILL_CHUNK)]
         done, total = 0, len(chunks) * len(models)
         for name, model, cache in models:
+            read = 0
             for chunk in chunks:
                 if done and should_stop():
                     return False
                 attention.forward_causal(model, cache, chunk)
-                done += 1
+                done, read = done + 1, read + len(chunk)
                 if progress is not None and len(chunks) > 1:
-                    read = cache.get_seq_length()
                     progress(done / total, f"reading the prompt into the {name}: {read:,} of {len(ids):,} tokens")
         if self.method.uses_draft:
             self.draft_len = len(ids)
@@ -231,7 +232,11 @@ class Decoder:
             return drafted
         draft, greedy = self.pair.draft, self.settings.greedy
         pending = seq[self.draft_len:]
-        root_logits = attention.forward_causal(draft, self.draft_cache, pending)[-1:]
+        # in chunks too: a plan of one node that grows later (learning) catches the draft up on the
+        # whole prompt here
+        for start in range(0, len(pending), PREFILL_CHUNK):
+            root_logits = attention.forward_causal(draft, self.draft_cache, pending[start:start + PREFILL_CHUNK])
+        root_logits = root_logits[-1:]
         self.draft_len = len(seq)
         base = len(seq) - 1
         level_logits = {0: root_logits[0]}

@@ -72,6 +72,21 @@ def test_race_at_temperature_zero_reports_identical_texts(client):
     assert "check passed" in out[4]
 
 
+def test_a_race_on_a_long_prompt_says_how_far_each_lane_read_it_then_that_it_times_them(served, client,
+                                                                                       monkeypatch):
+    """Each lane reads the prompt before its first step, after the race said it times the lanes
+    together: the last lane's "reading the prompt" line stayed on the status line all race long."""
+    from engine import decoding
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 8)
+    monkeypatch.setattr("app.race.UPDATE_INTERVAL", 0.0)
+    job = client.submit("the quick brown fox jumps over the lazy dog " * 4, ["ar", "chain"], 6, 4, 0, 1, 12, 0,
+                        api_name="/race")
+    lines = [update[0] for update in job if isinstance(update[0], str)]
+    reading = [i for i, line in enumerate(lines) if "reading the prompt into the" in line]
+    assert reading and any("timing all 2 methods together" in line for line in lines[reading[-1]:]), lines
+    assert "✓ Race finished." in lines[-1] or "✓ Race finished." in job.outputs()[-1][0]
+
+
 def test_editing_the_prompt_or_max_new_tokens_re_plans_the_shown_plan(client):
     """The prompt picks its kind's vector and memory, max new tokens whether a rest is planned for:
     leaving either box re-plans with the page's values (idle; a running job keeps its plan)."""

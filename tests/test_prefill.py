@@ -33,8 +33,8 @@ def counted_forwards(monkeypatch) -> list[int]:
 
 @pytest.mark.parametrize("family", ["llama", "gemma3", "mistral"])
 def test_a_prompt_read_in_chunks_decodes_as_generate_does(family, monkeypatch):
-    """Sliding-window families too: the prompt (3 windows long) is read in chunks shorter than
-    the window, so their caches forget columns between the chunks."""
+    """Sliding-window families too: the prompt (3 windows long) is read in chunks shorter than the
+    window, each chunk's rows seeing only their own window of the columns read before."""
     monkeypatch.setattr(decoding, "PREFILL_CHUNK", CHUNK)
     pair = tiny_pair(family)
     ids = long_prompt(pair, 3 * WINDOW + 5)
@@ -75,3 +75,21 @@ def test_the_reading_of_a_long_prompt_says_how_far_it_got(monkeypatch):
     list(Decoder(pair, methods.chain(4), Settings(max_new_tokens=4)).run(
         long_prompt(pair, CHUNK), progress=lambda fraction, message: said.append(message)))
     assert said == []
+
+
+def test_a_plan_that_starts_with_one_node_and_grows_catches_the_draft_up_in_chunks(monkeypatch):
+    """A Sequoia plan of one node drafts nothing, so the draft reads no prompt; when learning grows
+    the plan later, the draft caught up on the whole prompt in one forward (a review found it)."""
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", CHUNK)
+    pair = tiny_pair("llama")
+    ids = long_prompt(pair, 60)
+    reference = greedy_reference(pair, ids, TOKENS)
+    lengths = counted_forwards(monkeypatch)
+    trees = iter([Tree((-1,))] * 3)
+    grown = Tree.from_branching([3, 2, 1, 1, 0, 1])
+    decoder = Decoder(pair, methods.sequoia(Tree((-1,))), Settings(max_new_tokens=TOKENS, ignore_eos=True),
+                      plan=lambda: next(trees, grown))
+    events = list(decoder.run(ids))
+    assert events[-1].token_ids == reference
+    assert any(len(e.tree_parents) > 1 for e in events)   # it did grow
+    assert max(lengths) == CHUNK, lengths
