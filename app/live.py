@@ -266,7 +266,7 @@ class Run:
 def build(ctx: AppContext, header: dict) -> dict:
     prompts = ctx.prompts
     with gr.Row(equal_height=False):
-        with gr.Column(scale=1, min_width=300, elem_classes="sq-controls"):
+        with gr.Column(scale=1, min_width=300, elem_classes=["sq-controls", "sq-sliders"]):
             prompt = gr.Textbox(label="Prompt", lines=4, max_lines=12, value=prompts[0]["prompt"] if prompts else "",
                                 elem_id="sq-prompt")
             example = gr.Dropdown(choices=[p["title"] for p in prompts], value=prompts[0]["title"] if prompts else None,
@@ -287,7 +287,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                                                   "exact either way)", elem_id="sq-learn",
                                 # a seed fixes the draws, the tree decides which draw serves which token
                                 info="At T > 0 what a run learns can change the next run's tree, and with it "
-                                     "the sample a seed gives; untick to repeat a sample.")
+                                     "the sample a seed gives; untick to repeat a sample while the plan stays "
+                                     "the same.")
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens",
                                     elem_id="sq-max-new", min_width=100)
@@ -371,8 +372,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             if ran is not None and _sampling(ran) != _sampling(settings):
                 # only the tree reaches a running job: its draws stay those of the settings it started with
                 run_keeps = run.settings_words()
-                note = (f"Re-planned: **{result.method.label}** — the running job takes this tree from its next "
-                        f"step but keeps its own sampling ({run_keeps}); the new sampling applies to the next run.")
+                note = f"Re-planned: **{result.method.label}** — the running job {render.keeps_own_sampling(run_keeps)}."
         elif running:
             note = f"Planned **{result.method.label}** for the next run (the running one uses another method)."
         else:
@@ -560,8 +560,8 @@ def build(ctx: AppContext, header: dict) -> dict:
             raise page_error("no finished run to replay yet")
         steps = run.steps
         try:
-            k = int(step_v)
-        except (TypeError, ValueError):
+            k = round(float(step_v))   # as the page's box rounds a typed fraction (assets/page.js)
+        except (TypeError, ValueError, OverflowError):
             raise page_error(f"step must be a whole number (got {step_v!r})") from None
         if not 1 <= k <= len(steps):
             raise page_error(f"step must be between 1 and {len(steps)}")

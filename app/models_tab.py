@@ -17,6 +17,7 @@ from engine.check import CheckConfig
 from engine.errors import UserError
 from engine.models import parse_max_memory
 from engine.paths import cache_dir
+from engine.settings import MIN_TEMPERATURE
 from engine.wording import plural
 from engine.jobs import Progress
 
@@ -121,7 +122,7 @@ def recommended_values(rec: dict | None) -> tuple[float, int, float]:
     """(temperature, top_k, top_p) for the Live and Race controls: greedy when the checkpoint does not sample."""
     if not rec:
         raise UserError("no pair is loaded: load one first")
-    if not rec.get("do_sample"):
+    if not rec.get("do_sample") or float(rec["temperature"]) < MIN_TEMPERATURE:
         return 0.0, 0, 1.0   # greedy: top-k and top-p would do nothing, so they are left off
     return (min(max(float(rec["temperature"]), 0.0), 2.0), min(max(int(rec["top_k"]), 0), 200),
             min(max(float(rec["top_p"]), 0.05), 1.0))

@@ -149,7 +149,7 @@ def build(ctx: AppContext) -> dict:
                                 (prompts[0]["prompt"] if prompts else ""), elem_id="sq-race-prompt")
             methods = gr.CheckboxGroup(RACE_CHOICES, value=[v for _, v in RACE_CHOICES], label="Methods",
                                        elem_id="sq-race-methods")
-        with gr.Column(scale=2):
+        with gr.Column(scale=2, elem_classes="sq-sliders"):   # assets/page.js guards their number boxes
             with gr.Row():
                 budget = gr.Slider(1, ctx.max_budget, value=ctx.default_budget, step=1, label="Budget n")
                 # depth 1 is the root alone, what the autoregressive lane runs: a drafting lane needs 2

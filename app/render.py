@@ -90,11 +90,10 @@ def step_span(ev, current: bool = False) -> str:
     accepted = len(ev.accepted_path) - 1
     tip = (f"step {ev.step}: {plural(accepted, 'drafted token')} accepted"
            f"{' + 1 bonus token' if tail else ''} ({len(ev.new_token_ids)} new)")
-    head = ev.new_text[: len(ev.new_text) - len(tail)] if tail else ev.new_text
-    if eos and tail == eos:   # the target's own bonus token ended the answer
-        tail = ""
-    elif eos:                 # a drafted token the target accepted ended it
-        head = head[: len(head) - len(eos)]
+    if eos:   # the answer's last token (the bonus token or an accepted one) ended it: shown apart
+        head, tail = ev.new_text[: len(ev.new_text) - len(eos)], ""
+    else:
+        head = ev.new_text[: len(ev.new_text) - len(tail)] if tail else ev.new_text
     cls = f"sq-step sq-s{ev.step % STEP_CLASSES}" + (" sq-current" if current else "")
     inner = esc(head) + (f'<span class="sq-bonus">{esc(tail)}</span>' if tail else "")
     if eos:
@@ -226,10 +225,16 @@ def measured_words(vec, caption: str) -> str:
 def kept_profile_words(noisy, kept) -> str:
     """A Profile whose timing was noisy while the cached one was clean: said before the caption
     (engine/jobs.ProfileKept), or the press seemed to do nothing."""
-    load = (noisy.quality or {}).get("load_average_before")
+    load = noisy.quality.get("load_average_before")   # (a noisy profile has its quality recorded)
     return (f"✗ Timed again, but the repeats disagreed by {noisy.quality.get('worst_spread', 0) * 100:.0f} %"
-            + (f" (load {load[0]:.2f}: other work shares the cores)" if load else "")
+            + (f" (load average {load[0]:.2f} while it timed)" if load else "")
             + f", so the clean profile measured {kept.measured_at} stays. Profile again when the machine is quiet. ")
+
+
+def keeps_own_sampling(run_keeps: str) -> str:
+    """What a re-plan for other sampling settings does to a running job (only the tree reaches it)."""
+    return (f"takes this tree from its next step but keeps its own sampling ({run_keeps}); the new sampling "
+            "applies to the next run")
 
 
 def plan_line(result, running: bool = False, own_run: bool = False, run_keeps: str = "") -> str:
@@ -267,8 +272,8 @@ def plan_line(result, running: bool = False, own_run: bool = False, run_keeps: s
     if learned is not None and result.acceptance is not None:
         note += (f'<div class="sq-note">plan backed by {result.backing_positions} positions '
                  f'({backing_detail(result)})</div>')
-    tail = (f' <span class="sq-note">(the running job takes this tree from its next step but keeps its own '
-            f'sampling, {esc(run_keeps)}; the new sampling applies to the next run)</span>' if running and run_keeps else
+    tail = (f' <span class="sq-note">(the running job {esc(keeps_own_sampling(run_keeps))})</span>'
+            if running and run_keeps else
             ' <span class="sq-note">(the running job uses it from its next step)</span>' if running else
             ' <span class="sq-note">(the running job started from it)</span>' if own_run else "")
     return f'<div class="sq-plan">Plan: {" · ".join(parts)}{tail}{note}</div>'

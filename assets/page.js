@@ -1,8 +1,9 @@
 () => {
   // Enter in a number box of the Live controls counts as leaving it: a slider re-plans on release,
   // which Gradio fires when its box loses focus but not on Enter (max new tokens re-plans on blur too)
-  // (the Replay slider's box too: it sits outside the controls, under the tree)
-  const OURS = ".sq-controls, #sq-replay";
+  // (every column of sliders marked sq-sliders, the Race tab's too, and the Replay slider's box
+  // under the tree)
+  const OURS = ".sq-sliders, #sq-replay";
   document.addEventListener("keydown", (event) => {
     const box = event.target;
     if (event.key === "Enter" && box instanceof HTMLInputElement && box.type === "number"

@@ -260,7 +260,7 @@ def profile_job(ctx, max_budget, force):
         return cached
     prof = profiler.profile_device(pair, max_budget=min(max_budget, MAX_BUDGET), progress=ctx.progress,
                                    should_stop=ctx.should_stop)
-    if cached is not None and profiler.cleaner_covers(cached, prof):
+    if cached is not None and profiler.clean_one_stays(cached, prof):
         log.info("profile timed while the machine was busy (repeats spread %.0f %%): the clean cached one stays",
                  prof.quality.get("worst_spread", 0) * 100)
         return ProfileKept(cached, prof)

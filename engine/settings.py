@@ -41,7 +41,7 @@ class Settings:
             raise UserError(f"max new tokens must be between 1 and {MAX_NEW_TOKENS} (got {self.max_new_tokens})")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise UserError(f"seed must be a non-negative integer (got {self.seed!r})")
-        if self.seed >= 2**63:   # torch's generators take 64-bit seeds
+        if self.seed >= 2**63:   # a signed 64-bit integer, the range the app has always taken (torch's own goes to 2^64 - 1)
             raise UserError(f"seed must be below 2^63 = {2**63:,} (got {self.seed:,})")
 
     @property

@@ -363,7 +363,8 @@ class Worker:
                            top_k)
 
     def profile(self, max_budget: int | None = None, force: bool = False) -> Job:
-        """Device profile t(n) (cached one unless force). Result: DeviceProfile."""
+        """Device profile t(n) (cached one unless force). Result: DeviceProfile, or jobs.ProfileKept
+        where the new timing was noisy and the clean cached profile stayed."""
         return self.submit("profile device", jobs.profile_job, max_budget or self.profile_budget, force)
 
     def plan(self, spec: MethodSpec, settings: Settings) -> Job:

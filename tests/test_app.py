@@ -138,7 +138,7 @@ def test_measure_profile_and_load_models_are_usable(served, client):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(profiler, "profile_device", lambda *a, **kw: replace(noisy))
         prof = client.predict("sequoia", 8, 4, False, 0.5, 1, api_name="/profile")
-    assert prof[5].startswith("✗ Timed again, but the repeats disagreed by 47 % (load 1.80"), prof[5]
+    assert prof[5].startswith("✗ Timed again, but the repeats disagreed by 47 % (load average 1.80 while"), prof[5]
     assert "the clean profile measured the clean one stays" in prof[5] and "overhead" in prof[5]
     assert profiler.cached_profile(pair).measured_at == "the clean one"
     loaded = client.predict(served["draft"], served["target"], "cpu", "float32", api_name="/load_models")
@@ -556,8 +556,9 @@ def test_a_live_runs_last_line_and_step_data_name_the_sampling_it_used():
                          new_text="", new_token_ids=[], accepted_ranks=[], tree_parents=[-1], draft_seconds=0,
                          verify_seconds=0, other_seconds=0, prefill_seconds=0, total_seconds=1, answer="x", nodes=[])
     sampled = Run(Settings(temperature=0.7, top_p=0.9, top_k=40, seed=7))
-    assert _run_status(ev, sampled).endswith("tokens/s with , sampled at T = 0.7, top-k 40, top-p 0.9, seed 7. "
-                                             "Drag *Replay a step* to look at any step.")
+    sampled.plan = SimpleNamespace(method=SimpleNamespace(label="Sequoia n=4 d=3", sampler="sequoia"))
+    assert _run_status(ev, sampled).endswith("tokens/s with Sequoia n=4 d=3, sampled at T = 0.7, top-k 40, "
+                                             "top-p 0.9, seed 7. Drag *Replay a step* to look at any step.")
     assert (sampled.data(ev)["temperature"], sampled.data(ev)["top_k"], sampled.data(ev)["seed"]) == (0.7, 40, 7)
     assert ", greedy (T = 0)." in _run_status(ev, Run(Settings(top_k=40)))
     assert "top-k off" in Run(Settings(temperature=1.0)).settings_words()

@@ -105,14 +105,17 @@ def test_live_generation_draws_the_tree(served, page, tmp_path):
     # gets its step back (a helper's walk-through: a toast beside a box still reading 999; step 2
     # shown beside 2.5; an emptied box reset to 1 while step 2 stayed on screen)
     steps = int(re.search(r"in (\d+) steps", status)[1])
+    assert steps >= 3, status   # (step 2 must differ from the last)
     box = page.locator("#sq-replay input[type=number]")
-    for typed, shown in (("999", steps), ("1.6", 2), ("", 2)):
+    for typed, shown in (("1.6", 2), ("999", steps), ("", steps)):
         box.fill(typed)
         box.press("Enter" if typed else "Tab")
         page.wait_for_function(f"document.querySelector('#sq-live-status').innerText.includes("
                                f"'Replaying step {shown} of {steps}')", timeout=10_000)
         page.wait_for_timeout(500)
+        # the box and the slider Gradio reads (an emptied box left the slider at 1 before)
         assert box.input_value() == str(shown), (typed, box.input_value())
+        assert page.locator("#sq-replay input[type=range]").input_value() == str(shown), typed
     assert not page_errors(page), page_errors(page)
 
 
@@ -295,7 +298,7 @@ def test_a_temperature_moved_during_a_run_says_the_run_keeps_its_own_sampling(se
     box.press("Enter")
     # the plan line says it (the status line's note gives way to the next step's line at once)
     page.wait_for_function("document.querySelector('#sq-plan').innerText.includes('keeps its own "
-                           "sampling, greedy (T = 0); the new sampling applies to the next run')", timeout=20_000)
+                           "sampling (greedy (T = 0)); the new sampling applies to the next run')", timeout=20_000)
     page.click("#sq-stop")
     page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
                            timeout=20_000)
@@ -426,6 +429,28 @@ def test_a_budget_typed_out_of_range_is_planned_at_its_bound(served, page, monke
     box.press("Enter")
     assert wait_for(lambda: 9 in asked, 20), asked
     assert 1 not in asked and None not in asked, asked
+    assert not page_errors(page), page_errors(page)
+
+
+def test_the_race_tabs_slider_boxes_are_guarded_as_the_live_tabs(served, page):
+    """The Race tab's sliders had no guard: an emptied Top-p box became 0.05 once left (Gradio's
+    own snap of null to the minimum), and Start raced with it (a review)."""
+    url, ctx = served
+    open_page(page, url)
+    open_tab(page, "Race")
+    page.wait_for_timeout(1500)   # the page's script is wired on load
+    top_p = page.locator("#sq-tab-race .sq-sliders input[type=number]").nth(4)
+    budget = page.locator("#sq-tab-race .sq-sliders input[type=number]").first
+    assert top_p.input_value() == "1"
+    top_p.fill("")
+    top_p.press("Tab")
+    page.wait_for_timeout(800)
+    assert top_p.input_value() == "1"
+    high = page.locator("#sq-tab-race .sq-sliders input[type=range]").first.get_attribute("max")
+    budget.fill("5000")
+    budget.press("Enter")
+    page.wait_for_timeout(800)
+    assert budget.input_value() == high
     assert not page_errors(page), page_errors(page)
 
 

@@ -129,6 +129,11 @@ def test_the_token_that_ended_the_answer_is_shown_apart_from_it():
                            answer="b", text="be")
     html = render.step_span(accepted_end)
     assert '>b<span class="sq-eos"' in html and "sq-bonus" not in html
+    # the EOS decoded in context differs from its text alone (" </s>" vs "</s>"): cut once, shown once
+    spaced = replace(ev, done=True, finish_reason="eos", new_text="be </s>", answer="be", text="be </s>",
+                     nodes=[*ev.nodes[:-1], replace(ev.nodes[-1], text="</s>")])
+    html = render.step_span(spaced)
+    assert html.count("&lt;/s&gt;") == 2 and '>be<span class="sq-eos"' in html, html   # the title and the box
     # an answer cut at max new tokens, or a step before the last, shows its text as it is
     assert "sq-eos" not in render.step_span(replace(ev, done=True, finish_reason="max_new_tokens", answer="be g"))
     assert "sq-eos" not in render.step_span(ev)
