@@ -10,7 +10,7 @@ import gradio as gr
 
 from app import plots, render, waiting
 from app.errors import page_error
-from app.state import METHOD_CHOICES, AppContext, settings_from, spec_from
+from app.state import MAX_PAGE_SEED, METHOD_CHOICES, AppContext, settings_from, spec_from
 from engine import interpolation, prompt_memory
 from engine.decoding import StepEvent
 from engine.errors import UserError
@@ -292,7 +292,8 @@ def build(ctx: AppContext, header: dict) -> dict:
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens",
                                     elem_id="sq-max-new", min_width=100)
-                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="sq-seed", min_width=100)
+                seed = gr.Number(value=0, precision=0, minimum=0, maximum=MAX_PAGE_SEED, label="Seed", elem_id="sq-seed",
+                                 min_width=100)
             with gr.Row():
                 go = gr.Button("Generate", variant="primary", elem_id="sq-generate", min_width=100)
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-stop", min_width=100)

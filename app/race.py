@@ -9,7 +9,7 @@ from app import plots, render
 from app.errors import page_error
 from app.live import (EMPTY_PROMPT, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
                       taken_back, wire_stop)
-from app.state import RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
+from app.state import MAX_PAGE_SEED, RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.models import prompt_is_blank
 from engine.planning import MethodSpec
@@ -160,7 +160,8 @@ def build(ctx: AppContext) -> dict:
                 top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
             with gr.Row():
                 max_new = gr.Number(value=64, precision=0, minimum=1, maximum=MAX_NEW_TOKENS, label="Max new tokens")
-                seed = gr.Number(value=0, precision=0, minimum=0, label="Seed", elem_id="sq-race-seed")
+                seed = gr.Number(value=0, precision=0, minimum=0, maximum=MAX_PAGE_SEED, label="Seed",
+                                 elem_id="sq-race-seed")
             with gr.Row():
                 start = gr.Button("Start race", variant="primary", elem_id="sq-race-start")
                 stop = gr.Button("Stop", variant="stop", elem_id="sq-race-stop")

@@ -30,6 +30,9 @@ RACE_CHOICES = [("Autoregressive", "ar"), ("Chain", "chain"), ("SpecInfer k×d",
                 ("Sequoia DP", "sequoia"), ("Sequoia hardware-aware", "sequoia-auto")]
 RACE_LABELS = {v: k for k, v in RACE_CHOICES}
 MAX_SESSIONS = 256
+# the seed boxes' maximum: the browser holds numbers as doubles, so a larger integer arrived rounded
+# (2^63 - 1 typed came as 2^63, then refused); the CLI and the API's own callers take up to 2^63 - 1
+MAX_PAGE_SEED = 2**53 - 1
 # the tab whose Stop stops each worker job (engine/worker.py's job names): the Live tab's runs and
 # the measurement its plan may need, the Race tab's races, the Planner's measurements, the Models
 # tab's check and, with the Stop beside Load pair, its load ("load")

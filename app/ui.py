@@ -181,7 +181,7 @@ def _no_pair() -> None:
 
 def _shown(x: float) -> str:
     """A bound or value as typed: 8192 and 1000000, not 8192.0 and 1e+06 (1e+20 stays short)."""
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+    return str(int(x)) if float(x).is_integer() and abs(x) <= 2**53 else f"{x:g}"   # (2^53: a double's exact integers)
 
 
 def _refuse_bad_number(block, payload) -> None:

@@ -119,6 +119,7 @@ BAD = [
     (["--prompt", "x", "--top-p", "0"], "top-p"),
     (["--prompt", "x", "--top-p", "1.5"], "top-p"),
     (["--prompt", "x", "--max-new-tokens", "0"], "max new tokens"),
+    (["--prompt", "x", "--seed", str(2**63)], "seed must be below 2^63 = 9,223,372,036,854,775,808 (got "),
     (["--prompt", "x", "--method", "chain", "--depth", "0"], "depth"),
     (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),
     # a budget a chain or SpecInfer tree does not fit (was ignored: an 8-node chain ran)
