@@ -504,7 +504,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                    if ahead else "… starting…",
                    # greyed, and no longer naming the last run's steps (it read "1–8", 8, all run long)
                    replay: gr.update(interactive=False, label="Replay a step (once this run ends)"),
-                   text: render.text_html([], placeholder="…")}
+                   # the last run's cards went on showing while a long prompt was read (minutes)
+                   text: render.text_html([], placeholder="…"), metrics: render.metrics_html([])}
             for item in job.stream():
                 going = not job.stop_requested   # after a Stop its "stopping…" stays until the last line
                 if isinstance(item, Progress):
@@ -513,7 +514,9 @@ def build(ctx: AppContext, header: dict) -> dict:
                 elif isinstance(item, Note) and item.kind == "plan":
                     run.plan = item.data
                     sess.plan = item.data
+                    # this run's tree until its first step draws one (not the last run's last step)
                     yield {plan_md: render.plan_line(item.data, own_run=True), plan_json: item.data.summary(),
+                           tree: plots.plan_figure(item.data.tree, item.data.planning_probabilities),
                            status: f"● running **{item.data.method.label}**…" if going else gr.skip()}
                 elif isinstance(item, Note) and item.kind == "learning":
                     run.learning = item.data

@@ -328,6 +328,27 @@ def test_a_run_waiting_for_another_pages_job_says_so(served, page, monkeypatch):
     other.close()
 
 
+def test_a_new_run_does_not_show_the_last_runs_metrics_and_tree_before_its_first_step(served, page, monkeypatch):
+    """While a new run read a long prompt (minutes), the last run's cards and last step's tree
+    went on showing beside "● running …"; the cards are cleared and the tree is the new plan's."""
+    url, ctx = served
+    start_a_slow_run(page, url, monkeypatch)
+    page.click("#sq-stop")
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('■ Stopped:')",
+                           timeout=20_000)
+    assert "Metrics appear here" not in page.locator("#sq-metrics").inner_text()
+    page.click("#sq-generate")
+    page.wait_for_function("document.querySelector('#sq-metrics').innerText.includes('Metrics appear here')",
+                           timeout=10_000)
+    # its own steps fill them again
+    page.wait_for_function("!document.querySelector('#sq-metrics').innerText.includes('Metrics appear here')",
+                           timeout=20_000)
+    page.click("#sq-stop")
+    page.wait_for_function("document.querySelector('#sq-live-status').innerText.includes('Stopped')",
+                           timeout=20_000)
+    assert not page_errors(page), page_errors(page)
+
+
 def test_the_stops_reply_stays_until_the_runs_last_line(served, page, monkeypatch):
     """After Stop's "■ stopping after the current step…" the step that ended after the Stop showed
     its own line ("● … step 4 · 16 tokens") before "■ Stopped:", as if the Stop had been ignored.
