@@ -393,3 +393,20 @@ def test_the_pair_only_options_are_the_parsers_own_defaults():
         parsed = vars(build_parser().parse_args(command))
         assert {name: parsed[name] for name in PAIR_ONLY} == PAIR_ONLY, command
         assert set(parsed) - own[command[0]] == set(PAIR_ONLY), command
+
+
+def test_generate_logs_how_far_it_read_a_long_prompt(dirs, capsys, monkeypatch, caplog):
+    """The CLI says how far the prefill of a long prompt got, as the page's status line does."""
+    import logging
+
+    from engine import decoding
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 8)
+    draft, target = dirs
+    with caplog.at_level(logging.INFO):
+        code, err = in_process(capsys, "generate", "--draft", draft, "--target", target, "--device", "cpu",
+                               "--prompt", "the quick brown fox jumps over the lazy dog " * 2, "--no-chat",
+                               "--method", "chain", "--depth", "3", "--max-new-tokens", "4", "--no-learn")
+    assert code == 0, err
+    read = [r.getMessage() for r in caplog.records if "reading the prompt into the" in r.getMessage()]
+    assert read and read[0].startswith("reading the prompt into the target: 8 of "), read
+    assert read[-1].startswith("reading the prompt into the draft: "), read
