@@ -10,7 +10,7 @@ import gradio as gr
 
 from app import plots, render, waiting
 from app.errors import page_error
-from app.state import MAX_PAGE_SEED, METHOD_CHOICES, AppContext, settings_from, spec_from
+from app.state import JOB_KINDS, MAX_PAGE_SEED, METHOD_CHOICES, AppContext, settings_from, spec_from
 from engine import interpolation, prompt_memory
 from engine.decoding import StepEvent
 from engine.errors import UserError
@@ -48,7 +48,7 @@ def no_pair_text(worker, while_loading: str) -> str:
 
 
 def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, check=None,
-              waiting_on=None, **options):
+              waiting_line_in=None, worker=None, **options):
     """Wires `button`'s click to `fn`, a run that waits for the model slot (MODEL),
     behind a check of its fields that waits for nothing (LIGHT): Gradio preprocesses the inputs
     only when an event leaves its queue, so a field out of bounds (every Number and Slider is
@@ -56,8 +56,8 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
     `check(*values)` refuses (UserError, TreeError: reads only, no model) was said only once the
     job ahead had ended (minutes, behind a race). The check says it at once and `fn` starts only
     if it passed. A script calling `api_name` is checked as before, when its event starts.
-    `waiting_on` (status line, worker): where the check says that the run waits for another job
-    (another page's run or race holds the model; Gradio's own queue note did not show there, and
+    `waiting_line_in` (a status line) with `worker`: where the check says that the run waits for
+    another job (another page's run or race holds the model; Gradio's own queue note did not show there, and
     the line kept the last run's words for as long as the wait lasted).
     The button is greyed from then until the run has ended: a second press meanwhile did
     nothing and said nothing (its fields were checked again, and Gradio skipped the run, its
@@ -72,10 +72,10 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
                 check(*values)
             except (UserError, TreeError) as exc:
                 raise page_error(str(exc)) from None
-        if waiting_on is None:
+        if waiting_line_in is None:
             return gr.update(interactive=False)
-        return gr.update(interactive=False), waiting_line(waiting_on[1].status())
-    checked = button.click(fields_checked, inputs, [button, waiting_on[0]] if waiting_on else button,
+        return gr.update(interactive=False), waiting_line(worker.status())
+    checked = button.click(fields_checked, inputs, [button, waiting_line_in] if waiting_line_in is not None else button,
                            api_name=f"{api_name}_fields", show_progress="hidden", **PAGE_WIRING, **LIGHT)
     run = checked.success(fn, inputs, outputs, api_name=api_name, **options, **MODEL)
     # in the page only: a server event to give the button back could be refused (queue full)
@@ -87,13 +87,9 @@ def waiting_line(worker_status: dict):
     """The status line while a pressed run waits for a job that holds the model, else no change."""
     if worker_status.get("state") != "busy":
         return gr.skip()
-    job = JOB_WORDS.get(worker_status.get("job"), "another job")
+    kind = JOB_KINDS.get(worker_status.get("job"))
+    job = kind.words if kind else "another job"
     return f"… waiting: the model is busy with {job} (one job at a time, from any page); this starts when it ends."
-
-
-JOB_WORDS = {"generate": "a Live run", "plan": "measuring acceptance for a Live plan", "race": "a race",
-             "measure acceptance": "an acceptance measurement", "profile device": "profiling the device",
-             "check pair": "a pair check", "load models": "loading a pair"}
 
 
 BUTTON_BACK = "() => ({__type__: 'update', interactive: true})"   # gr.update(interactive=True), as the page reads it
@@ -600,8 +596,10 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     gen_inputs = [prompt, method, budget, depth, hardware, temperature, top_p, max_new, seed, top_k, learn]
     gen_outputs = [status, tree, text, metrics, acc, replay, step_json, plan_md, plan_json]
+    # the queue position shows on the status line only
     run_event = model_run(go, generate, gen_inputs, gen_outputs, "generate", prompt_at=0,
-                          waiting_on=(status, ctx.worker), show_progress="minimal", show_progress_on=[status])  # the queue position shows on the status line only
+                          waiting_line_in=status, worker=ctx.worker, show_progress="minimal",
+                          show_progress_on=[status])
     after_run(run_event, plan_after_run, plan_inputs, plan_outputs, "plan_after_run", show_progress="hidden",
               **PAGE_WIRING, **LIGHT)
     wire_stop(ctx, stop, "live", status, api_name="stop", runs={"Live run": run_event})
@@ -632,16 +630,6 @@ def build(ctx: AppContext, header: dict) -> dict:
             "replan_when_idle": (replan_when_idle, plan_inputs, plan_outputs),
             # what the Race tab calls once a race ends (Live controls may have moved meanwhile)
             "plan_after_run": (plan_after_run, plan_inputs, plan_outputs)}
-
-
-# what a tab's Stop says when the job going belongs to another tab (Session.stop_tab), by job name
-GOES_ON = {"generate": "the Live run goes on (its Stop is in the Live tab)",
-           "plan": "the Live tab's plan is measuring acceptance (its Stop is in the Live tab)",
-           "race": "the race goes on (its Stop is in the Race tab)",
-           "measure acceptance": "the acceptance measurement goes on (its Stop is in the Planner tab)",
-           "profile device": "the device profile goes on (its Stop is in the Planner tab)",
-           "check pair": "the pair check goes on (its Stop is in the Models tab)",
-           "load models": "the pair load goes on (its Stop is beside Load pair in the Models tab)"}
 
 
 def no_tree_yet():
@@ -740,8 +728,13 @@ def stop_reply(stopped: str | None, tab: str, took_back: list[str] = (), stoppin
     line follows), its runs waiting for the model will not start, and another tab's job is left
     going (the reply says where its Stop is)."""
     nothing = ("Nothing is running in this tab." if stopped is None else
-               f"Nothing is running in this tab; {GOES_ON.get(stopped, 'another job goes on')}.")
+               f"Nothing is running in this tab; {_goes_on(stopped)}.")
     return stop_reply_with(stopping if stopped == tab else "", nothing, took_back)
+
+
+def _goes_on(job_name: str) -> str:
+    kind = JOB_KINDS.get(job_name)
+    return kind.goes_on if kind else "another job goes on"
 
 
 STOPPED_BEFORE_A_STEP = "Stopped before the first step."

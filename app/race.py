@@ -259,8 +259,8 @@ def build(ctx: AppContext) -> dict:
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = model_run(start, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
-                          prompt_at=0, check=lanes_checked, waiting_on=(status, ctx.worker), show_progress="minimal",
-                          show_progress_on=[status])
+                          prompt_at=0, check=lanes_checked, waiting_line_in=status, worker=ctx.worker,
+                          show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}
 

@@ -18,7 +18,7 @@ from engine.errors import UserError
 from engine.settings import Settings
 from engine.tree import Tree
 from engine.planning import MethodSpec
-from engine.worker import Worker
+from engine.worker import LOAD_JOB, Worker
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
@@ -33,11 +33,34 @@ MAX_SESSIONS = 256
 # the seed boxes' maximum: the browser holds numbers as doubles, so a larger integer arrived rounded
 # (2^63 - 1 typed came as 2^63, then refused); the CLI and the API's own callers take up to 2^63 - 1
 MAX_PAGE_SEED = 2**53 - 1
-# the tab whose Stop stops each worker job (engine/worker.py's job names): the Live tab's runs and
-# the measurement its plan may need, the Race tab's races, the Planner's measurements, the Models
-# tab's check and, with the Stop beside Load pair, its load ("load")
-TAB_OF_JOB = {"generate": "live", "plan": "live", "race": "race", "measure acceptance": "planner",
-              "profile device": "planner", "check pair": "models", "load models": "load"}
+@dataclass(frozen=True)
+class JobKind:
+    """What the page says of one kind of worker job (engine/worker.py's job names)."""
+    tab: str          # the tab whose Stop stops it ("load": the Stop beside Load pair)
+    words: str        # what it is, in a run's waiting line ("… the model is busy with a race")
+    goes_on: str      # what another tab's Stop says of it while it goes on
+
+
+# every worker job by name: the Live tab's runs and the measurement its plan may need, the Race
+# tab's races, the Planner's measurements, the Models tab's check and its load
+JOB_KINDS = {
+    "generate": JobKind("live", "a Live run", "the Live run goes on (its Stop is in the Live tab)"),
+    "plan": JobKind("live", "measuring acceptance for a Live plan",
+                    "the Live tab's plan is measuring acceptance (its Stop is in the Live tab)"),
+    "race": JobKind("race", "a race", "the race goes on (its Stop is in the Race tab)"),
+    "measure acceptance": JobKind("planner", "an acceptance measurement",
+                                  "the acceptance measurement goes on (its Stop is in the Planner tab)"),
+    "profile device": JobKind("planner", "profiling the device",
+                              "the device profile goes on (its Stop is in the Planner tab)"),
+    "check pair": JobKind("models", "a pair check", "the pair check goes on (its Stop is in the Models tab)"),
+    LOAD_JOB: JobKind("load", "loading a pair",
+                      "the pair load goes on (its Stop is beside Load pair in the Models tab)"),
+}
+
+
+def tab_of_job(name: str) -> str | None:
+    kind = JOB_KINDS.get(name)
+    return kind.tab if kind else None
 
 
 class NewestWins:
@@ -148,14 +171,14 @@ class Session:
         return line
 
     def stop_tab(self, tab: str) -> str | None:
-        """`tab`'s Stop button: stops that tab's own jobs (TAB_OF_JOB), never another tab's. Returns
+        """`tab`'s Stop button: stops that tab's own jobs (JOB_KINDS), never another tab's. Returns
         `tab` when it stopped one (or the tab's run has ended and its handler has not shown its last
         line yet), else the name of a job of another tab that goes on (the reply says where its
         Stop is), else None."""
         tab_going = tab in self.ended_with and self.ended_with[tab] is None
         self.stopped_going.discard(tab)
         jobs = self.jobs_going()
-        own = [job for job in jobs if TAB_OF_JOB.get(job.name) == tab]
+        own = [job for job in jobs if tab_of_job(job.name) == tab]
         for job in own:
             job.stop()
         if tab_going:

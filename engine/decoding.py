@@ -34,6 +34,11 @@ ROOT, ACCEPTED, REJECTED, UNREACHED, BONUS = "root", "accepted", "rejected", "un
 PREFILL_CHUNK = 256
 
 
+def prompt_chunks(ids: list[int]) -> list[list[int]]:
+    """`ids` in the pieces one cache forward takes (PREFILL_CHUNK tokens each, the last shorter)."""
+    return [ids[i:i + PREFILL_CHUNK] for i in range(0, len(ids), PREFILL_CHUNK)]
+
+
 @dataclass
 class NodeRecord:
     index: int
@@ -179,7 +184,7 @@ class Decoder:
         models = [("target", self.pair.target, self.target_cache)]
         if self.method.uses_draft:
             models.append(("draft", self.pair.draft, self.draft_cache))
-        chunks = [ids[i:i + PREFILL_CHUNK] for i in range(0, len(ids), PREFILL_CHUNK)]
+        chunks = prompt_chunks(ids)
         done, total = 0, len(chunks) * len(models)
         for name, model, cache in models:
             read = 0
@@ -234,8 +239,8 @@ class Decoder:
         pending = seq[self.draft_len:]
         # in chunks too: a plan of one node that grows later (learning) catches the draft up on the
         # whole prompt here
-        for start in range(0, len(pending), PREFILL_CHUNK):
-            root_logits = attention.forward_causal(draft, self.draft_cache, pending[start:start + PREFILL_CHUNK])
+        for chunk in prompt_chunks(pending):
+            root_logits = attention.forward_causal(draft, self.draft_cache, chunk)
         root_logits = root_logits[-1:]
         self.draft_len = len(seq)
         base = len(seq) - 1

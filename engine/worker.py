@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", "stopped"
 _END = object()
 _WAKE = object()  # put on the queue to make the loop look again (background work arrived)
-LOAD_JOB = "load models"   # the name a pair load's job goes by (the app's TAB_OF_JOB keys jobs by name)
+LOAD_JOB = "load models"   # the name a pair load's job goes by (the app keys its job table, app/state.JOB_KINDS, by name)
 
 
 

@@ -445,11 +445,11 @@ def test_a_tabs_stop_leaves_another_tabs_job_going_and_says_where_its_stop_is(jo
     """Each tab's Stop stops only its own tab's jobs: the Live Stop pressed while a race goes
     leaves the race running (it stopped it before) and says the race's Stop is in the Race tab."""
     from app.live import stop_reply
-    from app.state import TAB_OF_JOB, Session
+    from app.state import JOB_KINDS, Session
     sess = Session()
     job = _Job(job_name)
     setattr(sess, SLOT_OF_JOB[job_name], [job] if job_name == "plan" else job)
-    owner = TAB_OF_JOB[job_name]
+    owner = JOB_KINDS[job_name].tab
     if owner != "models" and job_name != "plan":   # runs and Planner measurements record a status line
         sess.run_going(owner)
     for pressed in (tab, other):
@@ -461,6 +461,17 @@ def test_a_tabs_stop_leaves_another_tabs_job_going_and_says_where_its_stop_is(jo
         assert sess.line_after_stop(pressed) is None
     assert sess.stop_tab(owner) == owner and job.done
     assert stop_reply(owner, owner).startswith("■ stopping after")
+
+
+def test_every_job_the_worker_submits_has_a_tab_and_words():
+    """A job name the page has no entry for would wait unnamed ("another job") and no tab's Stop
+    would stop it: every name engine/worker.py submits is in app/state.JOB_KINDS."""
+    import inspect
+    import re
+    from app.state import JOB_KINDS
+    from engine import worker
+    names = set(re.findall(r'self\.submit\("([^"]+)"', inspect.getsource(worker))) | {worker.LOAD_JOB}
+    assert len(names) == 7 and names == set(JOB_KINDS), names ^ set(JOB_KINDS)
 
 
 def test_a_page_that_goes_away_leaves_its_pair_load_going():
