@@ -136,7 +136,11 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
     from engine.models import encode_prompt
     pair = ctx.pair
     ids = encode_prompt(pair, prompt, chat)
-    result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids, **_measuring(ctx))
+    # interpolate_first: the run plans as its page did (Worker.quick_plan), learning on or off: with
+    # it off a run at a setting the page had interpolated measured it first (2 minutes here)
+    # and then ran another tree than the page had shown as "used by the next run"
+    result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids, interpolate_first=True,
+                        **_measuring(ctx))
     ctx.worker.note_plan(result, settings)
     yield Note("plan", result)
     method = result.method
@@ -178,7 +182,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     for i, (lane, spec) in enumerate(specs):
         ctx.progress(i / len(specs), f"planning {lane}")
         planned.append((lane, build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids,
-                                         **_measuring(ctx))))
+                                         interpolate_first=True, **_measuring(ctx))))   # as generate_job
         ctx.worker.note_plan(planned[-1][1], settings)
     yield Note("race", planned)
     if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs

@@ -290,8 +290,8 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
                 progress, should_stop, prompts, tokens_per_prompt,
                 interpolate_first: bool = False, prompt: str | None = None) -> tuple[Any, bool, str, str]:
     """(vector or None, exact for these settings, where it came from in words, prompt domain used).
-    Without an exact vector: measured now when `measure`, except with `interpolate_first` (learning
-    on: the run refines whatever it starts from), which takes an interpolated vector, else the
+    Without an exact vector: measured now when `measure`, except with `interpolate_first` (the
+    app's runs; learning runs, which refine whatever they start from), which takes an interpolated vector, else the
     nearest measured one, and measures only when the pair has no vector of that kind at all;
     without `measure`: interpolated, else the nearest measured one (allow_nearest). A measured or interpolated pooled vector gives way to the prompt
     domain's own (vector_for_prompt)."""
@@ -527,11 +527,14 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
                progress: Callable[[float | None, str], None] | None = None,
                should_stop: Callable[[], bool] = lambda: False, prompts: list[str] | None = None,
                tokens_per_prompt: int = 48, profile_budget: int = PROFILE_BUDGET,
-               learn: bool = False, prompt: str | None = None, prompt_ids: list[int] | None = None) -> PlanResult:
+               learn: bool = False, prompt: str | None = None, prompt_ids: list[int] | None = None,
+               interpolate_first: bool | None = None) -> PlanResult:
     """Spec -> Method (+ the numbers that predict it). Measures only when `measure` is True;
     otherwise raises NeedsMeasurement. Pure cache reads when measure=False (no model calls).
-    learn=True: an interpolated vector is used rather than measuring (the run refines it), and the
-    vector is pooled with the evidence earlier runs stored for these settings (engine/learning.py).
+    interpolate_first (default: as `learn`): with `measure`, an interpolated or nearest vector is
+    used rather than measuring, unless the pair has none of that kind (the app's runs, which run
+    the plan their page showed; learning on, the run refines it).
+    learn=True: the vector is pooled with the evidence earlier runs stored for these settings (engine/learning.py).
     prompt: the text to be decoded, so its domain's vector can be used (engine/domains.py).
     prompt_ids: its tokens; with learn, a DP tree of a prompt run before (at these settings, or for
     a code prompt at others, rescaled) is planned from what those runs observed
@@ -540,7 +543,8 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
     method = _fixed_method(spec)
     sampler = method.sampler if method is not None else "sequoia"
     vec, exact, note, domain = _acceptance(pair, spec, settings, sampler, measure, allow_nearest, progress,
-                                           should_stop, prompts, tokens_per_prompt, interpolate_first=learn,
+                                           should_stop, prompts, tokens_per_prompt,
+                                           interpolate_first=learn if interpolate_first is None else interpolate_first,
                                            prompt=prompt)
     base, learned, memory, own_read = vec, None, None, False
     counts_memory = (learn and prompt_ids is not None

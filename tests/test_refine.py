@@ -184,3 +184,23 @@ def test_slider_moves_postpone_the_background(worker, monkeypatch):
     assert not started
     assert wait_for(lambda: started, 60)
     assert started[0] - last_move >= 0.95
+
+
+@pytest.mark.parametrize("learn", [False, True])
+def test_a_run_plans_as_its_page_did_without_measuring_first_learning_on_or_off(worker, monkeypatch, learn):
+    """The page planned T = 0.75 from an interpolated vector and said that tree is the next run's;
+    with learning off, Generate (and a race) measured acceptance first (2 minutes on the embedded
+    pair) and then ran another tree. Both now run the page's plan at once."""
+    def no_measuring(*a, **k):
+        raise AssertionError("a run measured acceptance before starting")
+
+    monkeypatch.setattr(profiler, "measure_acceptance", no_measuring)
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 3600)   # no background unit in this test
+    shown = worker.quick_plan(SPEC, BETWEEN, learn=learn)
+    run = worker.generate("def f(x):", SPEC, Settings(temperature=0.75, max_new_tokens=4), learn=learn)
+    plan = next(item for item in run.stream(60) if getattr(item, "kind", None) == "plan").data
+    run.wait(60)
+    assert "INTERPOLATED" in plan.acceptance_note and plan.method.tree.children == shown.method.tree.children
+    race = worker.race("def f(x):", [("sequoia", SPEC)], Settings(temperature=0.75, max_new_tokens=4), learn=learn)
+    race.wait(60)
+    assert race.state == DONE
