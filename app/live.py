@@ -439,8 +439,9 @@ def build(ctx: AppContext, header: dict) -> dict:
             if sess.running or sess.plans.superseded(ticket):
                 return _dropped(sess)
             if isinstance(exc, NeedsMeasurement):
+                button = "Profile this device" if exc.what == "profile" else "Measure on this pair"
                 return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
-                                "**Measure** in the Planner tab.",
+                                f"**{button}** in the Planner tab.",
                         tree: no_tree_yet()}
             if ctx.worker.pair is None:
                 msg = no_pair_text(ctx.worker, "Press **Generate** any time: the run starts as soon as the pair "

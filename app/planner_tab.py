@@ -118,6 +118,12 @@ def build(ctx: AppContext, live: dict) -> dict:
             return (n, d) if n <= ctx.max_budget and d <= ctx.max_depth else None
         return spec.budget, spec.depth
 
+    def _missing_words(no_profile: bool, no_vector: bool) -> str:
+        """What a chart waits for, and the button that gives it."""
+        words = (["an acceptance vector (“Measure on this pair”)"] if no_vector else []) + (
+            ["a device profile (“Profile this device”)"] if no_profile else [])
+        return " and ".join(words)
+
     def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
              request: gr.Request | None = None) -> dict:
         sess = ctx.sessions.get(request)
@@ -153,11 +159,15 @@ def build(ctx: AppContext, live: dict) -> dict:
             result = worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                        prompt=prompt_v)
         except NeedsMeasurement as need:
-            result = None
+            result, missing = None, need.what
             out[info] = f"{need}."
+        else:
+            missing = None
         plan_vec = result.acceptance if result is not None else None
-        # what the tree was planned from: plan_vec, or for a prompt run before its memory's posterior
-        planned = result.planning_probabilities if result is not None else None
+        # what the tree was planned from: plan_vec, or for a prompt run before its memory's posterior;
+        # with no plan (no device profile yet) G(n, d) still comes from the measured vector
+        planned = result.planning_probabilities if result is not None else (
+            vec.probabilities if vec is not None else None)
         if vec is None and plan_vec is not None:  # interpolated (or nearest), said so
             out[acc_chart] = plots.acceptance_figure(plan_vec.probabilities, ci=plan_vec.ci95, height=280,
                                                      planned_name="not measured here: " + (
@@ -182,7 +192,9 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, _mark(result, spec),
                                              imported_tokens=result.expected_tokens if spec.kind == "tree" else None)
         else:
-            out[heat] = plots.empty_figure("G(n, d) needs an acceptance vector", 300)
+            out[heat] = plots.empty_figure("G(n, d) is drawn with the plan, which needs a device profile "
+                                           "(“Profile this device”)" if missing == "profile" else
+                                           f"G(n, d) needs {_missing_words(False, True)}", 300)
         # ---- device profile and predicted speedup
         if prof is not None:
             seen = worker.observed_costs()
@@ -208,7 +220,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                                               imported=imported,
                                               depth_cap=spec.depth if spec.kind in ("sequoia", "sequoia-auto") else None)
         else:
-            out[speed] = plots.empty_figure("Predicted speedup needs an acceptance vector and a device profile", 280)
+            out[speed] = plots.empty_figure(f"Predicted speedup needs {_missing_words(prof is None, planned is None)}",
+                                            280)
         # ---- chosen tree and export
         if result is not None:
             t = result.tree
@@ -232,7 +245,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                 out[info] = (f"The Live method is {METHOD_LABELS.get(method_v, method_v)}; this tab shows the "
                              f"Sequoia plan for the same settings.\n\n{out[info]}")
         else:
-            out[chosen] = plots.empty_figure("No tree until a vector is measured", 420)
+            waits_for = _missing_words(missing == "profile", missing != "profile")
+            out[chosen] = plots.empty_figure(f"No tree until the plan has {waits_for}", 420)
             out[export] = None
             out[planner_json] = {}
         return out

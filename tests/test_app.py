@@ -236,6 +236,29 @@ def _the_planner_marks_the_imported_tree_at_its_own_value(served, client, size, 
     assert star["x"] == [size] and "imported" in star["text"][0] and round(star["y"][0], 2) == speedup, (star, out[0])
 
 
+def test_without_a_device_profile_the_planner_draws_g_and_names_the_button_that_profiles(served, client,
+                                                                                         monkeypatch):
+    """Hardware-aware planning with an acceptance vector but no device profile yet (the first
+    start's profile still running): the heatmap said "G(n, d) needs an acceptance vector" and the
+    tree "No tree until a vector is measured" beside the vector's own chart, and the Live tab
+    sent the user to "Measure" (acceptance) instead of "Profile this device"."""
+    from engine import planning
+    pair = served["ctx"].worker.pair
+    probs = [0.7, 0.15, 0.05] + [0.0] * 13
+    profiler.save_acceptance(pair, profiler.AcceptanceVector(
+        probs, 0.1, 2000, [0.01] * 16, pair.draft_name, pair.target_name, "sequoia", 0.45, 1.0, 16, 12,
+        draft_kernels=profiler.draft_kernels(pair)))
+    monkeypatch.setattr(planning, "corrected_profile", lambda *a, **k: None)
+    monkeypatch.setattr(profiler, "cached_profile", lambda *a, **k: None)
+    out = client.predict("sequoia", 16, 6, True, 0.45, 1, 0, PROMPT, 64, api_name="/planner")
+    heat, speed, tree = (json.loads(out[i]["plot"]) for i in (3, 6, 7))
+    assert "needs a device profile" in out[0] and heat["data"], out[0]   # G(n, d) drawn from the vector
+    assert "Profile this device" in json.dumps(speed) and "acceptance vector" not in json.dumps(speed)
+    assert "Profile this device" in json.dumps(tree) and "Measure" not in json.dumps(tree)
+    status = client.predict("sequoia", 16, 6, True, 0.45, 1, 0, PROMPT, 64, api_name="/first_plan")
+    assert "**Profile this device** in the Planner tab" in status[2], status[2]
+
+
 def test_two_clients_at_once_both_finish(served):
     import threading
     results = {}
