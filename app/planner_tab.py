@@ -273,7 +273,8 @@ def build(ctx: AppContext, live: dict) -> dict:
         stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, acc_caption, "measuring acceptance", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
-                         measured=job.result if job.state == "done" else None)
+                         measured=job.result if job.state == "done" else None,
+                         stopped=acc_caption if job.state == "stopped" else None)
 
     def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
@@ -284,14 +285,17 @@ def build(ctx: AppContext, live: dict) -> dict:
         stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
-                         profiled=job.result if job.state == "done" else None)
+                         profiled=job.result if job.state == "done" else None,
+                         stopped=prof_caption if job.state == "stopped" else None)
 
     def ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
-                   measured=None, profiled=None) -> dict:
+                   measured=None, profiled=None, stopped=None) -> dict:
         """The view once a measurement ended; its caption under the Stop button is recorded first
         (Session.line_after_stop). `measured`: the vector a Measure just made, said first (the chart
         shows the prompt kind's vector where code and prose differ: the measurement showed nowhere);
-        `profiled`: a Profile's result, said first where its noisy timing left the clean one in place."""
+        `profiled`: a Profile's result, said first where its noisy timing left the clean one in place.
+        `stopped`: the caption of a measurement a Stop ended, which says so (the caption went back
+        to the old vector's or profile's words, as if nothing had been asked)."""
         sess = ctx.sessions.get(request)
         try:
             out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
@@ -302,6 +306,9 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[acc_caption] = render.measured_words(measured, out[acc_caption]) + out[acc_caption]
         if isinstance(profiled, ProfileKept) and prof_caption in out:
             out[prof_caption] = render.kept_profile_words(profiled.noisy, profiled.kept) + out[prof_caption]
+        if stopped is not None and stopped in out:
+            what = "Measuring" if stopped is acc_caption else "Profiling"
+            out[stopped] = f"■ **{what} stopped**: nothing new was saved; what follows is from before. " + out[stopped]
         sess.run_ended("planner", out.get(acc_caption, ""))
         return out
 

@@ -59,12 +59,15 @@ def test_stop_pressed_while_measuring_writes_nothing_and_frees_the_worker(served
         assert measuring.stop_requested and measuring.state == "running"
         hold.released.set()
         updates = [u for u in page]
-        page.result()
+        final = page.result()
     finally:
         hold.remove()
     assert wait_for(lambda: measuring.done)
     assert measuring.state == "stopped" and measuring.result is None
     captions = [str(v) for u in updates for v in (u if isinstance(u, (list, tuple)) else [u])]
     assert any(f"{what} stopped" in c for c in captions), captions[-6:]
+    # and its last caption says so: it went back to the earlier vector's or profile's words alone
+    last = final[2 if kind == "acceptance" else 5]
+    assert last.startswith(f"■ **{what.split()[0].title()} stopped**: nothing new was saved"), last
     assert snapshot(kind) == before  # the earlier measurement is still the one in the cache, untouched
     assert still_exact(client, reference) < 10
