@@ -245,7 +245,7 @@ def measure_job(ctx, temperature, top_p, sampler, prompts, force, top_k: int = 0
 
 def background_job(ctx, task):
     """One background unit of `task`: engine/reprofile.py's Reprofiler (the device timed again) or
-    engine/refine.py's Refiner (one prompt of the oldest settings planned from an interpolated
+    engine/refine.py's Refiner (one prompt of the latest settings planned from an interpolated
     vector). Result: what the unit saved, else None."""
     return task.run_unit(ctx.pair, ctx.should_stop, ctx.progress)
 

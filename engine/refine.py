@@ -10,7 +10,9 @@ settings read the measured vector (with its positions) instead of the interpolat
 
 Rules:
 - Only settings that a plan actually used an interpolated vector for; at most MAX_WANTED are
-  remembered (the oldest is dropped), and settings measured meanwhile by other means are skipped.
+  remembered (the least recently planned is dropped), the most recently planned is measured first
+  (typing T = 0.5 and then top-p 0.9 passes through T = 0.5 / top-p 1, which a helper saw measured
+  for minutes before the settings in use), and settings measured meanwhile by other means are skipped.
 - A unit starts only after IDLE_SECONDS with no job and no quick plan (a slider move); it takes
   ~12 s on the embedded pair here. Any job submitted while a unit runs stops it at its next
   decoding step, forward or replayed position (the unit's prompt is measured again later): the
@@ -71,10 +73,12 @@ class Refiner:
         self._lock = threading.Lock()
 
     def want(self, pair, settings, sampler: str) -> bool:
-        """Remember these settings (a plan used an interpolated vector for them); True if new."""
+        """Remember these settings (a plan used an interpolated vector for them) as the most
+        recently planned; True if new."""
         key = _key(pair, settings.temperature, settings.top_p, settings.top_k, sampler)
         with self._lock:
             if key in self._wanted:
+                self._wanted.move_to_end(key)   # planned again: it goes first (its prompts done stay)
                 return False
             self._wanted[key] = Wanted(key, float(settings.temperature), float(settings.top_p),
                                        int(settings.top_k), sampler)
@@ -91,8 +95,8 @@ class Refiner:
             self._wanted.pop(key, None)
 
     def _next(self, pair) -> Wanted | None:
-        """The oldest wanted settings of this pair that still have no measured vector."""
-        for wanted in self.pending():
+        """The most recently planned wanted settings of this pair that still have no measured vector."""
+        for wanted in reversed(self.pending()):
             if wanted.key != _key(pair, wanted.temperature, wanted.top_p, wanted.top_k, wanted.sampler):
                 self.drop(wanted.key)  # noted for another pair (or other kernels)
             elif profiler.cached_acceptance(pair, wanted.temperature, wanted.top_p, wanted.sampler,
@@ -106,7 +110,7 @@ class Refiner:
         return pair is not None and bool(self.pending())
 
     def run_unit(self, pair, should_stop, progress=None) -> list | None:
-        """Measure one prompt of the oldest wanted settings. Returns the vectors saved when that
+        """Measure one prompt of the most recently planned wanted settings. Returns the vectors saved when that
         completed the settings, else None. Raises profiler.Stopped when stopped."""
         from engine.replay import replay_acceptance
         wanted = self._next(pair)

@@ -123,6 +123,18 @@ def test_refiner_remembers_each_setting_once_and_at_most_a_few(worker):
     assert len(kept) == refine.MAX_WANTED and kept[-1].temperature == pytest.approx(0.61 + (refine.MAX_WANTED + 1) / 100)
 
 
+def test_the_most_recently_planned_settings_are_measured_first(worker):
+    """Typing T = 0.5 then top-p 0.9 plans T = 0.5 / top-p 1 on the way: the background measured
+    that setting (the oldest) first, for minutes, while the settings in use waited."""
+    refiner, pair = refine.Refiner(), worker.pair
+    passed, meant = Settings(temperature=0.55), Settings(temperature=0.55, top_p=0.9)
+    refiner.want(pair, passed, "sequoia")
+    refiner.want(pair, meant, "sequoia")
+    assert refiner._next(pair).top_p == 0.9
+    refiner.want(pair, passed, "sequoia")   # planned again: it goes first now, still remembered once
+    assert refiner._next(pair).top_p == 1.0 and len(refiner.pending()) == 2
+
+
 def test_replay_stops_inside_a_prompt(worker):
     """A stop asked for mid-answer ends the measurement at the next decoding step, not after the prompt."""
     from engine.replay import replay_acceptance
