@@ -61,6 +61,21 @@ def _export_path(choice: dict) -> str | None:
     return str(path) if path.exists() else None
 
 
+EXPORT_LABEL = "Export the chosen tree"
+
+
+def _export_button(choice: dict):
+    """The download button for the chosen tree in the chosen format; greyed, saying why, where
+    there is no tree yet or the format cannot express it (a click on a button with no file did
+    nothing and said nothing: vllm and medusa with a root-only tree)."""
+    path = _export_path(choice)
+    if path is not None:
+        return gr.update(value=path, label=EXPORT_LABEL, interactive=True)
+    label = (f"{choice['format']} cannot express this tree (root only: nothing drafted); pick json or growmap"
+             if choice["stem"] else f"{EXPORT_LABEL} (no tree yet)")
+    return gr.update(value=None, label=label, interactive=False)
+
+
 def build(ctx: AppContext, live: dict) -> dict:
     gr.Markdown("Uses the **Live** tab's temperature, top-p, budget, depth, hardware-aware toggle and prompt (its "
                 "kind, code or prose, picks the acceptance vector where the two differ). Every number "
@@ -91,7 +106,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             export_format = gr.Dropdown(list(tree_export.FORMATS), value="json", label="Export format",
                                         info="json: this app · vllm: speculative_config · medusa: path list · "
                                              "growmap: original Sequoia .pt", elem_id="sq-export-format")
-            export = gr.DownloadButton("Export the chosen tree", value=None, elem_id="sq-export")
+            export = gr.DownloadButton(EXPORT_LABEL, value=None, elem_id="sq-export")
             # a short label: a long one ran under the file box's clear button once a file was chosen
             upload = gr.File(label="Import a tree (json, vllm, medusa or growmap .pt)",
                              file_types=[".json", ".pt"], type="filepath", elem_id="sq-import")
@@ -235,7 +250,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                           draft=servable_name(pair, "draft"), target=servable_name(pair, "target"))
             choice = _export_choice(request)
             choice["stem"] = stem
-            out[export] = _export_path(choice)
+            out[export] = _export_button(choice)
             out[planner_json] = result.summary()
             # "the running job uses it" only for a Live run of this kind (a race keeps its planned trees)
             out[info] = render.plan_line(result, sess.running and sess.run_info.get("kind") == spec.kind)
@@ -247,7 +262,9 @@ def build(ctx: AppContext, live: dict) -> dict:
         else:
             waits_for = _missing_words(missing == "profile", missing != "profile")
             out[chosen] = plots.empty_figure(f"No tree until the plan has {waits_for}", 420)
-            out[export] = None
+            choice = _export_choice(request)
+            choice["stem"] = None   # no tree: a format picked now must not fetch the last one's file
+            out[export] = _export_button(choice)
             out[planner_json] = {}
         return out
 
@@ -345,7 +362,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             raise page_error(f"unknown export format {fmt_v!r}")
         choice = _export_choice(request)
         choice["format"] = fmt_v
-        return _export_path(choice)
+        return _export_button(choice)
 
     export_format.change(choose_export_format, export_format, export, api_name="export_format",
                          show_progress="hidden", **LIGHT)

@@ -352,6 +352,14 @@ def test_planner_tab_writes_every_format_it_offers(tmp_path, monkeypatch):
     assert planner_tab._export_path(choice) == str(tmp_path / "t.pt")
     root_files = planner_tab.write_exports(Tree((-1,)), "r", {})
     assert set(root_files) == {"json", "growmap"}  # vllm and medusa cannot express a root-only tree
+    # and the button says so, greyed, instead of a click that downloaded nothing and said nothing
+    for fmt in ("vllm", "medusa"):
+        button = planner_tab._export_button({"format": fmt, "stem": "r"})
+        assert button["interactive"] is False and button["value"] is None
+        assert button["label"].startswith(f"{fmt} cannot express this tree (root only")
+    button = planner_tab._export_button({"format": "growmap", "stem": "r"})
+    assert button["interactive"] is True and button["value"] == str(tmp_path / "r.pt")
+    assert planner_tab._export_button({"format": "json", "stem": None})["interactive"] is False
 
 
 def test_a_broken_tree_json_is_said_to_be_one():
