@@ -257,8 +257,9 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
     info = gr.Markdown(pair_markdown(ctx.worker.describe(), ctx.worker.load_underway),
                        label="Pair description", show_label=False, elem_id="sq-pair-info")
     memory = gr.Markdown(memory_markdown(ctx.worker.memory()), label="Memory", show_label=False, elem_id="sq-memory")
-    use_recommended = gr.Button("Use the target's recommended sampling in Live and Race", size="sm",
-                                elem_id="sq-use-recommended")
+    with gr.Row():   # a button of its own width: full width and size "sm" it read as a thin divider
+        use_recommended = gr.Button("Use the target's recommended sampling in Live and Race",
+                                    elem_id="sq-use-recommended", scale=0, min_width=600)
     recommended_status = gr.Markdown("", label="Recommended sampling status", show_label=False,
                                      elem_id="sq-recommended-status")
     pair_json = gr.JSON(label="Pair (raw)", visible=False)
