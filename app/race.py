@@ -22,6 +22,9 @@ from engine.wording import plural
 # update is drawn in the browser, and on a small CPU that drawing competes with the very decoding
 # the race times (a Plotly figure is the costly part: bench/live_browser_cost.py)
 UPDATE_INTERVAL = 0.5
+# a race stopped before every lane took this many steps says its speeds are mostly noise (one
+# step of a 2-level chain read 0.50x of plain decoding beside 1.65x over a whole race)
+FEW_STEPS = 8
 CHART_INTERVAL = 2.0
 
 FAIRNESS = (
@@ -325,4 +328,12 @@ def _summary(order, lanes, greedy: bool) -> dict:
     else:
         verdict = ("Sampling (T > 0): the texts differ between methods by design; each is an exact sample "
                    "from the target's distribution.")
+    fewest = min((x["steps"] for x in out if x["steps"]), default=None)   # of the lanes that took a step
+    if stopped and fewest is not None and fewest < FEW_STEPS:
+        verdict += (f" Speeds over as few as {plural(fewest, 'step')} say little: the first steps are mostly "
+                    "timing noise.")
+    if not greedy and any(x["predicted_tokens_per_step"] is None and (x["label"] or "").startswith("SpecInfer")
+                          for x in out):
+        verdict += (" SpecInfer's predicted tokens/step is — at T > 0: it draws its children with replacement, "
+                    "which the acceptance vector (distinct ranks) does not predict.")
     return {"greedy": greedy, "identical": identical, "lanes": out, "verdict": verdict}

@@ -621,8 +621,19 @@ def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     three = {**stopped, spec: {**unstarted, "label": "SpecInfer 2x4"}}
     summary = _summary([ar, chain, spec], three, greedy=True)
     assert summary["lanes"][2]["speedup"] is None and summary["lanes"][2]["same_as_autoregressive"] is None
-    assert "that was compared matches" in summary["verdict"] and summary["verdict"].endswith(
-        "Not compared (no tokens before the Stop): SpecInfer 2x4."), summary["verdict"]
+    assert "that was compared matches" in summary["verdict"] and (
+        "Not compared (no tokens before the Stop): SpecInfer 2x4." in summary["verdict"]), summary["verdict"]
+    # one step a lane: the speeds are said to be noise (a 2-level chain's one step read 0.50x)
+    assert summary["verdict"].endswith("Speeds over as few as 1 step say little: the first steps are mostly "
+                                       "timing noise."), summary["verdict"]
+    for lane_ in stopped.values():
+        lane_["last"].total_steps = 8
+    assert "say little" not in _summary([ar, chain], stopped, greedy=True)["verdict"]
+    for lane_ in stopped.values():
+        lane_["last"].total_steps = 1
+    # at T > 0 a SpecInfer lane has no prediction, and the verdict says why
+    sampled = _summary([ar, chain, spec], three, greedy=False)["verdict"]
+    assert "SpecInfer's predicted tokens/step is — at T > 0" in sampled, sampled
     row = _table([ar, chain, spec], three, True)["data"][2]
     assert row[3:8] == ["—", "—", "—", "—", "—"] and row[-1] == "— (stopped before a token)", row
     # numbers as the lanes show them (the table's 1.0 read "1", and tok/s had one decimal)
