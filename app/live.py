@@ -64,6 +64,8 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
     event still pending). A run a Stop took back while it waited ends, and gives the button
     back, only when its turn comes (a press before then would be skipped the same way).
     Returns `fn`'s event."""
+    assert (waiting_line_in is None) == (worker is None), "waiting_line_in and worker go together"
+
     def fields_checked(*values):
         if prompt_at is not None and prompt_is_blank(values[prompt_at]):
             raise page_error(EMPTY_PROMPT)
@@ -337,7 +339,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                                            prompt=prompt_v)
         except NeedsMeasurement as need:
             yield {status: f"… {need} — measuring now (the plan follows)…"}
-            job = ctx.worker.plan(spec, settings)
+            job = ctx.worker.plan(spec, settings, learn=getattr(sess, "learn", True), prompt=prompt_v)
             sess.add_plan_job(job)
             try:
                 for item in job.stream():
@@ -439,8 +441,9 @@ def build(ctx: AppContext, header: dict) -> dict:
             if sess.running or sess.plans.superseded(ticket):
                 return _dropped(sess)
             if isinstance(exc, NeedsMeasurement):
-                button = "Profile this device" if exc.what == "profile" else "Measure on this pair"
-                return {status: f"{exc}. **Generate** measures it first (progress shown here), or use "
+                first, button = (("profiles the device", "Profile this device") if exc.what == "profile" else
+                                 ("measures it", "Measure on this pair"))
+                return {status: f"{exc}. **Generate** {first} first (progress shown here), or use "
                                 f"**{button}** in the Planner tab.",
                         tree: no_tree_yet()}
             if ctx.worker.pair is None:

@@ -36,7 +36,8 @@ def write_exports(tree, stem: str, meta: dict, draft: str | None = None, target:
         options = {"draft": draft, "target": target} if fmt == "vllm" else {}
         try:
             data = tree_export.export_tree(tree, fmt, **options)
-        except TreeError:
+        except TreeError as exc:
+            _CANNOT[stem + tree_export.SUFFIX[fmt]] = str(exc)   # the export button says why
             continue
         if fmt == "json":  # the app's JSON also says where the tree came from
             data = json.dumps({**tree.to_dict(), **meta}, indent=1)
@@ -62,6 +63,7 @@ def _export_path(choice: dict) -> str | None:
 
 
 EXPORT_LABEL = "Export the chosen tree"
+_CANNOT: dict[str, str] = {}   # export file name -> why write_exports could not write it
 
 
 def _export_button(choice: dict):
@@ -71,8 +73,10 @@ def _export_button(choice: dict):
     path = _export_path(choice)
     if path is not None:
         return gr.update(value=path, label=EXPORT_LABEL, interactive=True)
-    label = (f"{choice['format']} cannot express this tree (root only: nothing drafted); pick json or growmap"
-             if choice["stem"] else f"{EXPORT_LABEL} (no tree yet)")
+    why = _CANNOT.get(f"{choice['stem']}{tree_export.SUFFIX[choice['format']]}") if choice["stem"] else None
+    label = (f"{EXPORT_LABEL} (no tree yet)" if not choice["stem"] else
+             f"Not as {choice['format']}: {why}" if why else f"{EXPORT_LABEL} (its {choice['format']} file is gone: "
+                                                             "plan again)")
     return gr.update(value=None, label=label, interactive=False)
 
 
@@ -154,7 +158,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             msg = no_pair_text(worker, "This tab draws its plan once the pair is ready.")
             empty = plots.empty_figure(msg, 260)
             return {info: msg, acc_chart: empty, acc_caption: "", heat: empty, prof_chart: empty, prof_caption: "",
-                    speed: empty, chosen: empty, export: None, planner_json: {}}
+                    speed: empty, chosen: empty, export: _export_button({"format": "json", "stem": None}),
+                    planner_json: {}}
         T, top_p = settings.temperature, settings.top_p
         vec = worker.cached_acceptance(T, top_p, top_k=settings.top_k)
         prof = worker.cached_profile()
@@ -168,7 +173,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                 f"`{render.short_path(vec.source)}` · {render.interval_words(vec)}")
         else:
             out[acc_chart] = plots.empty_figure(f"No acceptance vector measured at T={T:g}, top-p={top_p:g}", 280)
-            out[acc_caption] = "Not measured for these settings yet: press **Measure**."
+            out[acc_caption] = "Not measured for these settings yet: press **Measure on this pair**."
         # ---- plan (exact vector, or the nearest one, said so)
         try:
             result = worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
@@ -204,7 +209,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                                 f"{result.backing_positions} positions** ({render.backing_detail(result)})")
         if planned is not None:
             table = table_for(planned, ctx.max_budget, ctx.max_depth)
-            out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth, _mark(result, spec),
+            out[heat] = plots.heatmap_figure(table.G, ctx.max_budget, ctx.max_depth,
+                                             _mark(result, spec) if result is not None else None,   # nothing chosen yet
                                              imported_tokens=result.expected_tokens if spec.kind == "tree" else None)
         else:
             out[heat] = plots.empty_figure("G(n, d) is drawn with the plan, which needs a device profile "

@@ -332,8 +332,9 @@ def _summary(order, lanes, greedy: bool) -> dict:
     if stopped and fewest is not None and fewest < FEW_STEPS:
         verdict += (f" Speeds over as few as {plural(fewest, 'step')} say little: the first steps are mostly "
                     "timing noise.")
-    if not greedy and any(x["predicted_tokens_per_step"] is None and (x["label"] or "").startswith("SpecInfer")
+    if not greedy and any(x["predicted_tokens_per_step"] is None and x["lane"] == RACE_LABELS["specinfer"]
                           for x in out):
-        verdict += (" SpecInfer's predicted tokens/step is — at T > 0: it draws its children with replacement, "
-                    "which the acceptance vector (distinct ranks) does not predict.")
+        verdict += (" SpecInfer's predicted tokens/step is — here: it draws its children with replacement, so "
+                    "its prediction needs a vector of its own sampler, none measured at these settings "
+                    "(`python -m engine measure --sampler specinfer` makes one).")
     return {"greedy": greedy, "identical": identical, "lanes": out, "verdict": verdict}

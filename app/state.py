@@ -33,6 +33,8 @@ MAX_SESSIONS = 256
 # the seed boxes' maximum: the browser holds numbers as doubles, so a larger integer arrived rounded
 # (2^63 - 1 typed came as 2^63, then refused); the CLI and the API's own callers take up to 2^63 - 1
 MAX_PAGE_SEED = 2**53 - 1
+
+
 @dataclass(frozen=True)
 class JobKind:
     """What the page says of one kind of worker job (engine/worker.py's job names)."""
@@ -45,8 +47,8 @@ class JobKind:
 # tab's races, the Planner's measurements, the Models tab's check and its load
 JOB_KINDS = {
     "generate": JobKind("live", "a Live run", "the Live run goes on (its Stop is in the Live tab)"),
-    "plan": JobKind("live", "measuring acceptance for a Live plan",
-                    "the Live tab's plan is measuring acceptance (its Stop is in the Live tab)"),
+    "plan": JobKind("live", "measuring what a Live plan needs",
+                    "the Live tab's plan is measuring what it needs (its Stop is in the Live tab)"),
     "race": JobKind("race", "a race", "the race goes on (its Stop is in the Race tab)"),
     "measure acceptance": JobKind("planner", "an acceptance measurement",
                                   "the acceptance measurement goes on (its Stop is in the Planner tab)"),

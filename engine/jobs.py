@@ -113,8 +113,13 @@ def _measuring(ctx) -> dict:
             "tokens_per_prompt": w.measure_tokens, "profile_budget": profile_budget(ctx.pair, w.profile_budget)}
 
 
-def plan_job(ctx, spec: MethodSpec, settings: Settings):
-    result = build_plan(ctx.pair, spec, settings, **_measuring(ctx))
+def plan_job(ctx, spec: MethodSpec, settings: Settings, learn: bool = False, prompt: str | None = None,
+             prompt_ids: list[int] | None = None):
+    """The Live tab's plan when quick_plan found a measurement missing: measures only that (a
+    hardware-aware plan with no device profile yet profiles the device, and takes an interpolated
+    or nearest vector as a run would, instead of also measuring acceptance for minutes)."""
+    result = build_plan(ctx.pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=prompt_ids,
+                        interpolate_first=True, **_measuring(ctx))
     ctx.worker.note_plan(result, settings)
     return result
 

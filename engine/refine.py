@@ -1,7 +1,8 @@
 """Measuring interpolated settings for real, in the background (issue 15, item 3).
 
 A plan at settings with no measured acceptance vector starts at once from one interpolated between
-measured settings (engine/interpolation.py), labelled so. The worker remembers those settings and,
+measured settings (engine/interpolation.py), or outside them from the nearest measured one,
+labelled so. The worker remembers those settings and,
 while it has nothing else to do, measures them by replay (engine/replay.py) on the shipped
 measurement prompts (assets/measurement-prompts.json: code and prose), one prompt per background
 unit. When every prompt is in, the code, prose and pooled vectors go into the acceptance cache,
@@ -9,8 +10,8 @@ as `python -m engine measure --replay --by-domain` would write them; later plans
 settings read the measured vector (with its positions) instead of the interpolated one.
 
 Rules:
-- Only settings that a plan actually used an interpolated vector for; at most MAX_WANTED are
-  remembered (the least recently planned is dropped), the most recently planned is measured first
+- Only settings that a plan actually used an interpolated (or nearest) vector for; at most
+  MAX_WANTED are remembered (the least recently planned is dropped), the most recently planned is measured first
   (typing T = 0.5 and then top-p 0.9 passes through T = 0.5 / top-p 1, which a helper saw measured
   for minutes before the settings in use), and settings measured meanwhile by other means are skipped.
 - A unit starts only after IDLE_SECONDS with no job and no quick plan (a slider move); it takes

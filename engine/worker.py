@@ -18,8 +18,8 @@ Rules:
   an internal error with a traceback in the log) and the worker goes on with the next job.
 - While the worker is idle it may run background units (engine/reprofile.py: timing the device
   again when its cached profile is noisy and the machine is quiet; engine/refine.py: measuring
-  settings a plan had to interpolate a vector for); a submitted job stops the running unit at its
-  next step and starts after it, never beside it. status() shows a unit but says "idle".
+  settings a plan had to interpolate a vector for, or take the nearest one); a submitted job
+  stops the running unit at its next step and starts after it, never beside it. status() shows a unit but says "idle".
 - Quick lookups that read caches only (`quick_plan`, `cached_acceptance`, `cached_profile`,
   `describe`) run on the caller's thread and never call a model.
 """
@@ -34,7 +34,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterator
 
-from engine import interpolation, jobs, observed, profiler, refine, reprofile
+from engine import jobs, observed, profiler, refine, reprofile
 from engine.errors import UserError
 from engine.jobs import LaneEvent, Progress
 from engine.planning import PROFILE_BUDGET, MethodSpec, PlanResult, build_plan
@@ -194,10 +194,11 @@ class Worker:
         return job
 
     def note_plan(self, result, settings: Settings) -> None:
-        """A plan was made: if it used an interpolated vector, measure its settings while idle."""
+        """A plan was made: if it used an interpolated or nearest vector (none measured at its
+        settings), measure its settings while idle."""
         pair = self._pair
         if (self.refiner is not None and pair is not None and result is not None
-                and interpolation.is_interpolated(result.measured_acceptance)):
+                and result.measured_acceptance is not None and not result.exact):
             if self.refiner.want(pair, settings, result.method.sampler):
                 self._queue.put(_WAKE)  # the loop may be waiting with no timeout
 
@@ -367,10 +368,12 @@ class Worker:
         where the new timing was noisy and the clean cached profile stayed."""
         return self.submit("profile device", jobs.profile_job, max_budget or self.profile_budget, force)
 
-    def plan(self, spec: MethodSpec, settings: Settings) -> Job:
-        """Plan with measurements if needed (progress streamed). Result: PlanResult."""
+    def plan(self, spec: MethodSpec, settings: Settings, learn: bool = False, prompt: str | None = None) -> Job:
+        """Plan with measurements if needed (progress streamed), as quick_plan would plan once they
+        are in: `learn` and `prompt` as there. Result: PlanResult."""
         spec.check()
-        return self.submit("plan", jobs.plan_job, spec, settings)
+        ids = _prompt_ids(self._pair, prompt) if learn and self._pair is not None else None
+        return self.submit("plan", jobs.plan_job, spec, settings, learn, prompt, ids)
 
     # ---- internals
     def _position(self, job: Job) -> int:

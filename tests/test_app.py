@@ -41,7 +41,9 @@ def cli_generate(capsys, served, **kw) -> dict:
 def test_generate_streams_every_step_and_matches_the_cli(served, client, capsys):
     settings = dict(budget=8, depth=4, temperature=0.8, top_p=0.95, max_new_tokens=24, seed=3)
     # learning off on both sides: with it on, each run's trees depend on what earlier runs stored,
-    # so the same seed draws differently (still exactly distributed) and the texts could not be compared
+    # so the same seed draws differently (still exactly distributed) and the texts could not be compared.
+    # Both measure the vector here because the module's pair has none yet (this test runs first): with
+    # vectors at other settings cached, the app would interpolate and `generate --no-learn` measure
     job = client.submit(PROMPT, "sequoia", settings["budget"], settings["depth"], False, settings["temperature"],
                         settings["top_p"], settings["max_new_tokens"], settings["seed"], 0, False,
                         api_name="/generate")
@@ -534,7 +536,7 @@ def test_a_side_job_of_one_tab_never_hides_another_tabs_from_its_stop():
     sess.check_job = checking
     assert "measurement goes on (its Stop is in the Planner tab)" in stop_reply(sess.stop_tab("race"), "race")
     sess.aux = None
-    assert "plan is measuring acceptance" in stop_reply(sess.stop_tab("race"), "race")
+    assert "plan is measuring what it needs" in stop_reply(sess.stop_tab("race"), "race")
     sess.aux = measuring
     assert sess.stop_tab("planner") == "planner" and measuring.done and not planning.done and not checking.done
     assert sess.stop_tab("live") == "live" and planning.done and not checking.done
@@ -633,7 +635,7 @@ def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
         lane_["last"].total_steps = 1
     # at T > 0 a SpecInfer lane has no prediction, and the verdict says why
     sampled = _summary([ar, chain, spec], three, greedy=False)["verdict"]
-    assert "SpecInfer's predicted tokens/step is — at T > 0" in sampled, sampled
+    assert "SpecInfer's predicted tokens/step is — here" in sampled and "--sampler specinfer" in sampled, sampled
     row = _table([ar, chain, spec], three, True)["data"][2]
     assert row[3:8] == ["—", "—", "—", "—", "—"] and row[-1] == "— (stopped before a token)", row
     # numbers as the lanes show them (the table's 1.0 read "1", and tok/s had one decimal)

@@ -356,7 +356,7 @@ def test_planner_tab_writes_every_format_it_offers(tmp_path, monkeypatch):
     for fmt in ("vllm", "medusa"):
         button = planner_tab._export_button({"format": fmt, "stem": "r"})
         assert button["interactive"] is False and button["value"] is None
-        assert button["label"].startswith(f"{fmt} cannot express this tree (root only")
+        assert button["label"].startswith(f"Not as {fmt}: a root-only tree drafts no token"), button["label"]
     button = planner_tab._export_button({"format": "growmap", "stem": "r"})
     assert button["interactive"] is True and button["value"] == str(tmp_path / "r.pt")
     assert planner_tab._export_button({"format": "json", "stem": None})["interactive"] is False

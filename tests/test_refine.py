@@ -216,3 +216,29 @@ def test_a_run_plans_as_its_page_did_without_measuring_first_learning_on_or_off(
     race = worker.race("def f(x):", [("sequoia", SPEC)], Settings(temperature=0.75, max_new_tokens=4), learn=learn)
     race.wait(60)
     assert race.state == DONE
+
+
+def test_settings_planned_from_the_nearest_vector_are_measured_later_too(worker, monkeypatch):
+    """Outside the measured temperatures a plan takes the nearest vector; with runs no longer
+    measuring first (learning off included), only the background can give those settings theirs."""
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 3600)
+    plan = worker.quick_plan(SPEC, Settings(temperature=1.6))
+    assert "nearest" in plan.acceptance_note and not plan.exact
+    assert [w.temperature for w in worker.refiner.pending()] == [1.6]
+
+
+def test_a_live_plan_missing_only_its_profile_profiles_without_measuring_acceptance(worker, monkeypatch):
+    """A hardware-aware plan before the device is profiled, at settings the page interpolates:
+    the plan job (what the Live tab submits) measured acceptance for minutes first, then planned
+    from another vector than a run would."""
+    def no_measuring(*a, **k):
+        raise AssertionError("the plan job measured acceptance")
+
+    monkeypatch.setattr(profiler, "measure_acceptance", no_measuring)
+    monkeypatch.setattr(refine, "IDLE_SECONDS", 3600)
+    auto = MethodSpec("sequoia-auto", budget=8, depth=4)
+    with pytest.raises(Exception, match="device profile"):
+        worker.quick_plan(auto, BETWEEN, learn=False)
+    result = worker.plan(auto, BETWEEN, learn=False).wait(300)
+    assert "INTERPOLATED" in result.acceptance_note and result.profile is not None
+    assert worker.cached_profile() is not None
