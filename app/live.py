@@ -440,6 +440,9 @@ def build(ctx: AppContext, header: dict) -> dict:
         except (UserError, TreeError) as exc:
             if sess.running or sess.plans.superseded(ticket):
                 return _dropped(sess)
+            if isinstance(exc, NeedsMeasurement) and exc.what == "profile" and ctx.worker.profiling_now():
+                return {status: f"{PROFILING_NOW} **Generate** waits for it.",
+                        tree: no_tree_yet()}
             if isinstance(exc, NeedsMeasurement):
                 first, button = (("profiles the device", "Profile this device") if exc.what == "profile" else
                                  ("measures it", "Measure on this pair"))
@@ -739,6 +742,11 @@ def stop_reply(stopped: str | None, tab: str, took_back: list[str] = (), stoppin
 def _goes_on(job_name: str) -> str:
     kind = JOB_KINDS.get(job_name)
     return kind.goes_on if kind else "another job goes on"
+
+
+# a hardware-aware plan asked for while the device is being timed (a first load's profile)
+PROFILING_NOW = ("Hardware-aware planning needs a device profile, and the device is being profiled now (the "
+                 "header shows how far): the plan follows once it is done.")
 
 
 STOPPED_BEFORE_A_STEP = "Stopped before the first step."

@@ -12,8 +12,8 @@ import gradio as gr
 
 from app import plots, render
 from app.errors import page_error
-from app.live import (LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, no_pair_text, progress_text,
-                      stop_if_taken_back, taken_back, wire_stop)
+from app.live import (LIGHT, PAGE_WIRING, PROFILING_NOW, TAKEN_BACK, failure_message, model_run, no_pair_text,
+                      progress_text, stop_if_taken_back, taken_back, wire_stop)
 from app.state import METHOD_LABELS, AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -138,9 +138,11 @@ def build(ctx: AppContext, live: dict) -> dict:
         return spec.budget, spec.depth
 
     def _missing_words(no_profile: bool, no_vector: bool) -> str:
-        """What a chart waits for, and the button that gives it."""
+        """What a chart waits for, and the button that gives it (or that it is being measured)."""
+        profile = ("a device profile (being measured now: the header shows how far)" if ctx.worker.profiling_now()
+                   else "a device profile (“Profile this device”)")
         words = (["an acceptance vector (“Measure on this pair”)"] if no_vector else []) + (
-            ["a device profile (“Profile this device”)"] if no_profile else [])
+            [profile] if no_profile else [])
         return " and ".join(words)
 
     def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
@@ -180,7 +182,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                        prompt=prompt_v)
         except NeedsMeasurement as need:
             result, missing = None, need.what
-            out[info] = f"{need}."
+            out[info] = PROFILING_NOW if missing == "profile" and worker.profiling_now() else f"{need}."
         else:
             missing = None
         plan_vec = result.acceptance if result is not None else None
@@ -213,9 +215,9 @@ def build(ctx: AppContext, live: dict) -> dict:
                                              _mark(result, spec) if result is not None else None,   # nothing chosen yet
                                              imported_tokens=result.expected_tokens if spec.kind == "tree" else None)
         else:
-            out[heat] = plots.empty_figure("G(n, d) is drawn with the plan, which needs a device profile "
-                                           "(“Profile this device”)" if missing == "profile" else
-                                           f"G(n, d) needs {_missing_words(False, True)}", 300)
+            out[heat] = plots.empty_figure(f"G(n, d) is drawn with the plan, which needs {_missing_words(True, False)}"
+                                           if missing == "profile" else f"G(n, d) needs {_missing_words(False, True)}",
+                                           300)
         # ---- device profile and predicted speedup
         if prof is not None:
             seen = worker.observed_costs()
@@ -228,7 +230,9 @@ def build(ctx: AppContext, live: dict) -> dict:
                                  f"`{render.short_path(prof.source)}`"
                                  + render.profile_quality(prof, seen, worker.profile_timed_again()))
         else:
-            out[prof_chart] = plots.empty_figure("No device profile yet: press “Profile this device”", 280)
+            out[prof_chart] = plots.empty_figure("The device is being profiled now: the header shows how far"
+                                                 if worker.profiling_now() else
+                                                 "No device profile yet: press “Profile this device”", 280)
             out[prof_caption] = "Not profiled yet on this device and dtype."
         if prof is not None and planned is not None:
             # the profile the plan used: observed step costs blended in, sampling maths at T > 0

@@ -257,6 +257,12 @@ class Worker:
                 "fraction": act["fraction"] if cur else None, "step": act["step"] if cur else None,
                 "queued": queued, "loading": self.load_underway, "last_error": self.last_error}
 
+    def profiling_now(self) -> bool:
+        """Whether the device is being timed right now (a load's first profile, or a Profile job)."""
+        with self._lock:
+            cur = self._current
+        return cur is not None and not cur.background and cur.name in (LOAD_JOB, "profile device")
+
     def memory(self) -> dict:
         out = {}
         try:

@@ -259,6 +259,14 @@ def test_without_a_device_profile_the_planner_draws_g_and_names_the_button_that_
     assert "Profile this device" in json.dumps(tree) and "Measure" not in json.dumps(tree)
     status = client.predict("sequoia", 16, 6, True, 0.45, 1, 0, PROMPT, 64, api_name="/first_plan")
     assert "**Profile this device** in the Planner tab" in status[2], status[2]
+    # while the device is being profiled (a first load's profile): said so, no button to press
+    monkeypatch.setattr(served["ctx"].worker, "profiling_now", lambda: True)
+    out = client.predict("sequoia", 16, 6, True, 0.45, 1, 0, PROMPT, 64, api_name="/planner")
+    prof, tree = (json.dumps(json.loads(out[i]["plot"])) for i in (4, 7))
+    assert "being profiled now" in prof and "being measured now" in tree and "Profile this device" not in tree
+    assert out[0].startswith("Hardware-aware planning needs a device profile, and the device is being profiled now")
+    status = client.predict("sequoia", 16, 6, True, 0.45, 1, 0, PROMPT, 64, api_name="/first_plan")
+    assert "the device is being profiled now" in status[2] and "Profile this device" not in status[2], status[2]
 
 
 def test_two_clients_at_once_both_finish(served):

@@ -490,3 +490,21 @@ def test_a_race_remembers_its_prompt_once_and_a_live_run_then_starts_from_it(wor
     assert runs_remembered(prompt) == 2 and runs_remembered("a prompt no test runs") == 0
     steps(worker.generate(prompt, MethodSpec("chain", depth=3), settings, chat=False, learn=False))
     assert runs_remembered(prompt) == 2   # learning off keeps nothing
+
+
+def test_profiling_now_is_true_only_while_the_device_is_timed():
+    """The Live and Planner tabs say "being profiled now" instead of sending the user to a button."""
+    import threading
+    from engine.worker import Worker
+    w = Worker(profile_on_load=False)
+    try:
+        assert not w.profiling_now()
+        inside, release = threading.Event(), threading.Event()
+        job = w.submit("profile device", lambda ctx: inside.set() or release.wait(30))
+        assert inside.wait(30) and w.profiling_now()
+        release.set()
+        job.wait(30)
+        other = w.submit("generate", lambda ctx: w.profiling_now())
+        assert other.wait(30) is False
+    finally:
+        w.close()
