@@ -137,9 +137,9 @@ def build(ctx: AppContext, live: dict) -> dict:
             return (n, d) if n <= ctx.max_budget and d <= ctx.max_depth else None
         return spec.budget, spec.depth
 
-    def _missing_words(no_profile: bool, no_vector: bool) -> str:
+    def _missing_words(no_profile: bool, no_vector: bool, profiling: bool) -> str:
         """What a chart waits for, and the button that gives it (or that it is being measured)."""
-        profile = ("a device profile (being measured now: the header shows how far)" if ctx.worker.profiling_now()
+        profile = ("a device profile (being measured now: the header shows how far)" if profiling
                    else "a device profile (“Profile this device”)")
         words = (["an acceptance vector (“Measure on this pair”)"] if no_vector else []) + (
             [profile] if no_profile else [])
@@ -165,6 +165,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         T, top_p = settings.temperature, settings.top_p
         vec = worker.cached_acceptance(T, top_p, top_k=settings.top_k)
         prof = worker.cached_profile()
+        profiling = prof is None and worker.profiling_now()   # asked once: every caption says the same
         # ---- acceptance vector
         if vec is not None:
             out[acc_chart] = plots.acceptance_figure(vec.probabilities, ci=vec.ci95, height=280,
@@ -182,7 +183,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                        prompt=prompt_v)
         except NeedsMeasurement as need:
             result, missing = None, need.what
-            out[info] = PROFILING_NOW if missing == "profile" and worker.profiling_now() else f"{need}."
+            out[info] = PROFILING_NOW if missing == "profile" and profiling else f"{need}."
         else:
             missing = None
         plan_vec = result.acceptance if result is not None else None
@@ -215,9 +216,9 @@ def build(ctx: AppContext, live: dict) -> dict:
                                              _mark(result, spec) if result is not None else None,   # nothing chosen yet
                                              imported_tokens=result.expected_tokens if spec.kind == "tree" else None)
         else:
-            out[heat] = plots.empty_figure(f"G(n, d) is drawn with the plan, which needs {_missing_words(True, False)}"
-                                           if missing == "profile" else f"G(n, d) needs {_missing_words(False, True)}",
-                                           300)
+            out[heat] = plots.empty_figure(
+                f"G(n, d) is drawn with the plan, which needs {_missing_words(True, False, profiling)}"
+                if missing == "profile" else f"G(n, d) needs {_missing_words(False, True, profiling)}", 300)
         # ---- device profile and predicted speedup
         if prof is not None:
             seen = worker.observed_costs()
@@ -231,7 +232,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                  + render.profile_quality(prof, seen, worker.profile_timed_again()))
         else:
             out[prof_chart] = plots.empty_figure("The device is being profiled now: the header shows how far"
-                                                 if worker.profiling_now() else
+                                                 if profiling else
                                                  "No device profile yet: press “Profile this device”", 280)
             out[prof_caption] = "Not profiled yet on this device and dtype."
         if prof is not None and planned is not None:
@@ -245,8 +246,8 @@ def build(ctx: AppContext, live: dict) -> dict:
                                               imported=imported,
                                               depth_cap=spec.depth if spec.kind in ("sequoia", "sequoia-auto") else None)
         else:
-            out[speed] = plots.empty_figure(f"Predicted speedup needs {_missing_words(prof is None, planned is None)}",
-                                            280)
+            waits_for = _missing_words(prof is None, planned is None, profiling)
+            out[speed] = plots.empty_figure(f"Predicted speedup needs {waits_for}", 280)
         # ---- chosen tree and export
         if result is not None:
             t = result.tree
@@ -270,7 +271,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                 out[info] = (f"The Live method is {METHOD_LABELS.get(method_v, method_v)}; this tab shows the "
                              f"Sequoia plan for the same settings.\n\n{out[info]}")
         else:
-            waits_for = _missing_words(missing == "profile", missing != "profile")
+            waits_for = _missing_words(missing == "profile", missing != "profile", profiling)
             out[chosen] = plots.empty_figure(f"No tree until the plan has {waits_for}", 420)
             choice = _export_choice(request)
             choice["stem"] = None   # no tree: a format picked now must not fetch the last one's file

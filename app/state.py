@@ -18,7 +18,7 @@ from engine.errors import UserError
 from engine.settings import Settings
 from engine.tree import Tree
 from engine.planning import MethodSpec
-from engine.worker import LOAD_JOB, Worker
+from engine.worker import LOAD_JOB, PROFILE_JOB, Worker
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
@@ -52,7 +52,7 @@ JOB_KINDS = {
     "race": JobKind("race", "a race", "the race goes on (its Stop is in the Race tab)"),
     "measure acceptance": JobKind("planner", "an acceptance measurement",
                                   "the acceptance measurement goes on (its Stop is in the Planner tab)"),
-    "profile device": JobKind("planner", "profiling the device",
+    PROFILE_JOB: JobKind("planner", "profiling the device",
                               "the device profile goes on (its Stop is in the Planner tab)"),
     "check pair": JobKind("models", "a pair check", "the pair check goes on (its Stop is in the Models tab)"),
     LOAD_JOB: JobKind("load", "loading a pair",

@@ -108,8 +108,12 @@ def check_job(ctx, config):
 
 
 def _measuring(ctx) -> dict:
+    """build_plan's arguments for the app's jobs that plan (a Live plan, a run, a race): they plan
+    as the page did (Worker.quick_plan), learning on or off, from an interpolated or nearest vector,
+    measuring only what has no stand-in (with learning off a run at a setting the page had
+    interpolated measured it first, 2 minutes here, then ran another tree than the page showed)."""
     w = ctx.worker
-    return {"measure": True, "progress": ctx.progress, "should_stop": ctx.should_stop, "prompts": w.measure_prompts,
+    return {"measure": True, "interpolate_first": True, "progress": ctx.progress, "should_stop": ctx.should_stop, "prompts": w.measure_prompts,
             "tokens_per_prompt": w.measure_tokens, "profile_budget": profile_budget(ctx.pair, w.profile_budget)}
 
 
@@ -119,7 +123,7 @@ def plan_job(ctx, spec: MethodSpec, settings: Settings, learn: bool = False, pro
     hardware-aware plan with no device profile yet profiles the device, and takes an interpolated
     or nearest vector as a run would, instead of also measuring acceptance for minutes)."""
     result = build_plan(ctx.pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=prompt_ids,
-                        interpolate_first=True, **_measuring(ctx))
+                        **_measuring(ctx))
     ctx.worker.note_plan(result, settings)
     return result
 
@@ -141,11 +145,7 @@ def generate_job(ctx, prompt, spec: MethodSpec, settings: Settings, chat, plan, 
     from engine.models import encode_prompt
     pair = ctx.pair
     ids = encode_prompt(pair, prompt, chat)
-    # interpolate_first: the run plans as its page did (Worker.quick_plan), learning on or off: with
-    # it off a run at a setting the page had interpolated measured it first (2 minutes here)
-    # and then ran another tree than the page had shown as "used by the next run"
-    result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids, interpolate_first=True,
-                        **_measuring(ctx))
+    result = build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids, **_measuring(ctx))
     ctx.worker.note_plan(result, settings)
     yield Note("plan", result)
     method = result.method
@@ -187,7 +187,7 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     for i, (lane, spec) in enumerate(specs):
         ctx.progress(i / len(specs), f"planning {lane}")
         planned.append((lane, build_plan(pair, spec, settings, learn=learn, prompt=prompt, prompt_ids=ids,
-                                         interpolate_first=True, **_measuring(ctx))))   # as generate_job
+                                         **_measuring(ctx))))
         ctx.worker.note_plan(planned[-1][1], settings)
     yield Note("race", planned)
     if warmup_tokens > 0:  # untimed: first calls pay one-off allocation costs

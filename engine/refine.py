@@ -74,8 +74,8 @@ class Refiner:
         self._lock = threading.Lock()
 
     def want(self, pair, settings, sampler: str) -> bool:
-        """Remember these settings (a plan used an interpolated vector for them) as the most
-        recently planned; True if new."""
+        """Remember these settings (a plan used an interpolated or nearest vector for them) as the
+        most recently planned; True if new."""
         key = _key(pair, settings.temperature, settings.top_p, settings.top_k, sampler)
         with self._lock:
             if key in self._wanted:

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 QUEUED, RUNNING, DONE, FAILED, STOPPED = "queued", "running", "done", "failed", "stopped"
 _END = object()
 _WAKE = object()  # put on the queue to make the loop look again (background work arrived)
+PROFILE_JOB = "profile device"   # a Profile's job (profiling_now looks for it)
 LOAD_JOB = "load models"   # the name a pair load's job goes by (the app keys its job table, app/state.JOB_KINDS, by name)
 
 
@@ -261,7 +262,7 @@ class Worker:
         """Whether the device is being timed right now (a load's first profile, or a Profile job)."""
         with self._lock:
             cur = self._current
-        return cur is not None and not cur.background and cur.name in (LOAD_JOB, "profile device")
+        return cur is not None and not cur.background and cur.name in (LOAD_JOB, PROFILE_JOB)
 
     def memory(self) -> dict:
         out = {}
@@ -372,7 +373,7 @@ class Worker:
     def profile(self, max_budget: int | None = None, force: bool = False) -> Job:
         """Device profile t(n) (cached one unless force). Result: DeviceProfile, or jobs.ProfileKept
         where the new timing was noisy and the clean cached profile stayed."""
-        return self.submit("profile device", jobs.profile_job, max_budget or self.profile_budget, force)
+        return self.submit(PROFILE_JOB, jobs.profile_job, max_budget or self.profile_budget, force)
 
     def plan(self, spec: MethodSpec, settings: Settings, learn: bool = False, prompt: str | None = None) -> Job:
         """Plan with measurements if needed (progress streamed), as quick_plan would plan once they

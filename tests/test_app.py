@@ -503,7 +503,7 @@ def test_every_job_the_worker_submits_has_a_tab_and_words():
     import re
     from app.state import JOB_KINDS
     from engine import worker
-    names = set(re.findall(r'self\.submit\("([^"]+)"', inspect.getsource(worker))) | {worker.LOAD_JOB}
+    names = set(re.findall(r'self\.submit\("([^"]+)"', inspect.getsource(worker))) | {worker.LOAD_JOB, worker.PROFILE_JOB}
     assert len(names) == 7 and names == set(JOB_KINDS), names ^ set(JOB_KINDS)
 
 
