@@ -28,27 +28,29 @@ EXPORT_DIR = Path(tempfile.mkdtemp(prefix="sequoia-live-export-"))
 _EXPORT_CHOICE: OrderedDict[str, dict] = OrderedDict()  # session -> {"format", "stem"} of its download
 
 
-def write_exports(tree, stem: str, meta: dict, draft: str | None = None, target: str | None = None) -> dict:
-    """The tree in every export format side by side in EXPORT_DIR, so switching formats is a lookup.
-    A format that cannot express the tree (a root-only tree for vllm/medusa) is left out."""
-    files = {}
+def write_exports(tree, stem: str, meta: dict, draft: str | None = None,
+                  target: str | None = None) -> tuple[dict, dict]:
+    """(format -> file, format -> why not): the tree in every export format side by side in
+    EXPORT_DIR, so switching formats is a lookup. A format that cannot express the tree (a root-only
+    tree for vllm/medusa) is left out, with the reason the export button shows."""
+    files, cannot = {}, {}
     for fmt in tree_export.FORMATS:
         options = {"draft": draft, "target": target} if fmt == "vllm" else {}
         try:
             data = tree_export.export_tree(tree, fmt, **options)
         except TreeError as exc:
-            _CANNOT[stem + tree_export.SUFFIX[fmt]] = str(exc)   # the export button says why
+            cannot[fmt] = str(exc)
             continue
         if fmt == "json":  # the app's JSON also says where the tree came from
             data = json.dumps({**tree.to_dict(), **meta}, indent=1)
         path = files[fmt] = EXPORT_DIR / (stem + tree_export.SUFFIX[fmt])
         path.write_bytes(data if isinstance(data, bytes) else data.encode())
-    return files
+    return files, cannot
 
 
 def _export_choice(request) -> dict:
     key = getattr(request, "session_hash", None) or "default"
-    choice = _EXPORT_CHOICE.pop(key, None) or {"format": "json", "stem": None}
+    choice = _EXPORT_CHOICE.pop(key, None) or {"format": "json", "stem": None, "cannot": {}}
     _EXPORT_CHOICE[key] = choice
     while len(_EXPORT_CHOICE) > 256:  # bounded: old sessions' choices are forgotten
         _EXPORT_CHOICE.popitem(last=False)
@@ -63,7 +65,6 @@ def _export_path(choice: dict) -> str | None:
 
 
 EXPORT_LABEL = "Export the chosen tree"
-_CANNOT: dict[str, str] = {}   # export file name -> why write_exports could not write it
 
 
 def _export_button(choice: dict):
@@ -73,7 +74,7 @@ def _export_button(choice: dict):
     path = _export_path(choice)
     if path is not None:
         return gr.update(value=path, label=EXPORT_LABEL, interactive=True)
-    why = _CANNOT.get(f"{choice['stem']}{tree_export.SUFFIX[choice['format']]}") if choice["stem"] else None
+    why = choice.get("cannot", {}).get(choice["format"]) if choice["stem"] else None
     label = (f"{EXPORT_LABEL} (no tree yet)" if not choice["stem"] else
              f"Not as {choice['format']}: {why}" if why else f"{EXPORT_LABEL} (its {choice['format']} file is gone: "
                                                              "plan again)")
@@ -160,7 +161,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             msg = no_pair_text(worker, "This tab draws its plan once the pair is ready.")
             empty = plots.empty_figure(msg, 260)
             return {info: msg, acc_chart: empty, acc_caption: "", heat: empty, prof_chart: empty, prof_caption: "",
-                    speed: empty, chosen: empty, export: _export_button({"format": "json", "stem": None}),
+                    speed: empty, chosen: empty, export: _export_button({"format": "json", "stem": None, "cannot": {}}),
                     planner_json: {}}
         T, top_p = settings.temperature, settings.top_p
         vec = worker.cached_acceptance(T, top_p, top_k=settings.top_k)
@@ -256,11 +257,12 @@ def build(ctx: AppContext, live: dict) -> dict:
             digest = hashlib.sha1(json.dumps(t.parents).encode()).hexdigest()[:8]
             stem = f"sequoia-tree-n{t.size}-d{t.depth}-{digest}"
             pair = worker.pair
-            write_exports(t, stem, {"label": result.method.label, "expected_tokens": result.expected_tokens,
-                                    "acceptance_note": render.short_paths_in(result.acceptance_note)},   # no local paths
-                          draft=servable_name(pair, "draft"), target=servable_name(pair, "target"))
+            _, cannot = write_exports(t, stem, {"label": result.method.label,
+                                                "expected_tokens": result.expected_tokens,   # no local paths
+                                                "acceptance_note": render.short_paths_in(result.acceptance_note)},
+                                      draft=servable_name(pair, "draft"), target=servable_name(pair, "target"))
             choice = _export_choice(request)
-            choice["stem"] = stem
+            choice["stem"], choice["cannot"] = stem, cannot
             out[export] = _export_button(choice)
             out[planner_json] = result.summary()
             # "the running job uses it" only for a Live run of this kind (a race keeps its planned trees)
@@ -274,7 +276,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             waits_for = _missing_words(missing == "profile", missing != "profile", profiling)
             out[chosen] = plots.empty_figure(f"No tree until the plan has {waits_for}", 420)
             choice = _export_choice(request)
-            choice["stem"] = None   # no tree: a format picked now must not fetch the last one's file
+            choice["stem"], choice["cannot"] = None, {}   # no tree: a format picked now must not fetch the last one's file
             out[export] = _export_button(choice)
             out[planner_json] = {}
         return out
@@ -302,7 +304,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         yield from _follow(job, acc_caption, "measuring acceptance", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
                          measured=job.result if job.state == "done" else None,
-                         stopped=acc_caption if job.state == "stopped" else None)
+                         stopped="Measuring" if job.state == "stopped" else None)
 
     def run_profile(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
@@ -314,7 +316,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
         yield ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
                          profiled=job.result if job.state == "done" else None,
-                         stopped=prof_caption if job.state == "stopped" else None)
+                         stopped="Profiling" if job.state == "stopped" else None)
 
     def ended_view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request,
                    measured=None, profiled=None, stopped=None) -> dict:
@@ -322,8 +324,8 @@ def build(ctx: AppContext, live: dict) -> dict:
         (Session.line_after_stop). `measured`: the vector a Measure just made, said first (the chart
         shows the prompt kind's vector where code and prose differ: the measurement showed nowhere);
         `profiled`: a Profile's result, said first where its noisy timing left the clean one in place.
-        `stopped`: the caption of a measurement a Stop ended, which says so (the caption went back
-        to the old vector's or profile's words, as if nothing had been asked)."""
+        `stopped`: "Measuring" or "Profiling" where a Stop ended it; its caption says so (it went
+        back to the old vector's or profile's words, as if nothing had been asked)."""
         sess = ctx.sessions.get(request)
         try:
             out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
@@ -334,9 +336,9 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[acc_caption] = render.measured_words(measured, out[acc_caption]) + out[acc_caption]
         if isinstance(profiled, ProfileKept) and prof_caption in out:
             out[prof_caption] = render.kept_profile_words(profiled.noisy, profiled.kept) + out[prof_caption]
-        if stopped is not None and stopped in out:
-            what = "Measuring" if stopped is acc_caption else "Profiling"
-            out[stopped] = f"■ **{what} stopped**: nothing new was saved; what follows is from before. " + out[stopped]
+        caption = {"Measuring": acc_caption, "Profiling": prof_caption}.get(stopped)
+        if caption in out:
+            out[caption] = f"■ **{stopped} stopped**: nothing new was saved; what follows is from before. " + out[caption]
         sess.run_ended("planner", out.get(acc_caption, ""))
         return out
 
@@ -351,8 +353,10 @@ def build(ctx: AppContext, live: dict) -> dict:
             kept = (f" The tree imported before ({sess.imported.size} nodes) stays in use." if sess.imported
                     else "")
             # said in the tab (the line of the import before stayed up, as if this one had worked),
-            # then raised: a script calling /import_tree gets the error
-            yield {import_status: f"✗ Import of **{render.esc(Path(path).name)}** failed: {render.esc(str(exc))}.{kept}"}
+            # then raised: a script calling /import_tree gets the error. The box is emptied for the
+            # next file (it kept the refused one, as if it were the tree in use)
+            yield {import_status: f"✗ Import of **{render.esc(Path(path).name)}** failed: {render.esc(str(exc))}.{kept}",
+                   upload: None}
             raise page_error(f"import failed: {exc}") from None
         sess.imported = tree
         yield {import_status: f"Imported **{render.esc(Path(path).name)}**: {tree.size} nodes, {tree.depth} levels "
@@ -368,6 +372,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                          show_progress_on=[acc_caption])
     profiled = model_run(profile, run_profile, settings_inputs, outputs, "profile", show_progress="minimal",
                          show_progress_on=[prof_caption])
+
     def choose_export_format(fmt_v, request: gr.Request):
         if fmt_v not in tree_export.FORMATS:
             raise page_error(f"unknown export format {fmt_v!r}")
@@ -380,7 +385,7 @@ def build(ctx: AppContext, live: dict) -> dict:
 
     wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring",
               runs={"measurement": measured, "profile": profiled}, line_is_content=True)
-    imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], planner_json],
+    imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], upload, planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans
         fn, inputs, plan_outputs = live["replan_when_idle"]

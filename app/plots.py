@@ -452,11 +452,13 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
         j = list(grid.depths).index(d) if d in grid.depths else None
         y = imported_speedup if imported else (grid.speedup[i][j] if i is not None and j is not None else None)
         if y is not None:
-            # a plan's star sits on the curve: its label above it. An imported tree's sits off it, mostly
+            # a plan's star sits on the curve: its label above it (one node has no depth: the root alone,
+            # whatever depth was asked; it read "n=1, d=4"). An imported tree's sits off it, mostly
             # below: its longer label below, toward the side with room (centred, it ran off the axis)
             side = "right" if n <= (budgets[0] + budgets[-1]) / 2 else "left"
             fig.add_trace(go.Scatter(x=[n], y=[y], mode="markers+text", name="imported tree" if imported else "chosen",
-                                     text=[f"imported n={n}, d={d}" if imported else f" n={n}, d={d}"],
+                                     text=[f"imported n={n}, d={d}" if imported else
+                                           " n=1: plain decoding" if n == 1 else f" n={n}, d={d}"],
                                      textposition=f"bottom {side}" if imported else "top center",
                                      marker=dict(size=13, color="#f43f5e", symbol="star")))
     fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))

@@ -211,23 +211,24 @@ def build(ctx: AppContext) -> dict:
             yield {status: "… waiting for the model worker…" if job.position else "… planning…",
                    lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy), verdict: "",
                    chart: _chart(series, lanes), race_json: None}   # not the last race's data
-            together, shown_together = None, True   # the line while the lanes are timed, and whether it shows
+            together = shown = None   # the line while the lanes are timed; the status line shown last
             for item in job.stream():
                 going = not job.stop_requested   # after a Stop its "stopping…" stays until the last line
                 if isinstance(item, Progress):
                     if going:
-                        yield {status: progress_text(item)}
-                        shown_together = False
+                        shown = progress_text(item)
+                        yield {status: shown}
                 elif isinstance(item, Note) and item.kind == "race":
                     for lane, result in item.data:
                         lanes[lane]["label"] = result.method.label
                         lanes[lane]["expected"] = result.expected_tokens
-                    yield {lanes_html: _lane_html(order, lanes), status: "… untimed warm-up…"}
+                    shown = "… untimed warm-up…"
+                    yield {lanes_html: _lane_html(order, lanes), status: shown}
                 elif isinstance(item, Note) and item.kind == "together":
                     together = (f"● timing all {len(order)} methods together, one step at a time "
                                 "(the one furthest behind steps next; each reads the prompt before its first)")
-                    yield {status: together}
-                    shown_together = True
+                    shown = together
+                    yield {status: shown}
                 elif isinstance(item, LaneEvent):
                     ev = item.event
                     lanes[item.lane]["last"] = ev
@@ -236,8 +237,8 @@ def build(ctx: AppContext) -> dict:
                     if now - last_push >= UPDATE_INTERVAL or ev.done:
                         last_push = now
                         out = {lanes_html: _lane_html(order, lanes), table: _table(order, lanes, greedy)}
-                        if going and together and not shown_together:   # a lane's prompt reading said how far it got
-                            out[status], shown_together = together, True
+                        if going and together and shown != together:   # a lane's prompt reading said how far it got
+                            out[status] = shown = together
                         if now - last_chart >= CHART_INTERVAL or ev.done:
                             last_chart = now
                             out[chart] = _chart(series, lanes)

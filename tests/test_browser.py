@@ -237,6 +237,11 @@ def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatc
     # a failed import says so, and that the tree before it stays (the earlier "Imported" line stayed up)
     page.wait_for_function("document.querySelector('#sq-tab-planner').innerText.includes('The tree imported "
                            "before (5 nodes) stays in use')", timeout=20000)
+    # and the box is emptied for the next file (it kept the refused one, as if it were in use)
+    page.wait_for_function("!document.querySelector('#sq-import').innerText.includes('bad.json')", timeout=20000)
+    asked.clear()
+    page.locator("#sq-import input[type=file]").set_input_files(str(small))
+    assert wait_for(lambda: 3 in asked, 20), asked
 
 
 def start_a_slow_run(page, url, monkeypatch) -> None:

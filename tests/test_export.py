@@ -342,24 +342,25 @@ def test_planner_tab_writes_every_format_it_offers(tmp_path, monkeypatch):
     from app import planner_tab
     monkeypatch.setattr(planner_tab, "EXPORT_DIR", tmp_path)
     tree = dp_tree(8)
-    files = planner_tab.write_exports(tree, "t", {"label": "Sequoia"}, draft="org/small", target="org/big")
-    assert set(files) == set(export.FORMATS)
+    files, cannot = planner_tab.write_exports(tree, "t", {"label": "Sequoia"}, draft="org/small", target="org/big")
+    assert set(files) == set(export.FORMATS) and cannot == {}
     assert json.loads(files["json"].read_text())["label"] == "Sequoia"
     assert json.loads(files["vllm"].read_text())["speculative_config"]["model"] == "org/small"
     for path in files.values():
         assert export.import_tree(path.read_bytes()) == tree
-    choice = {"format": "growmap", "stem": "t"}
+    choice = {"format": "growmap", "stem": "t", "cannot": cannot}
     assert planner_tab._export_path(choice) == str(tmp_path / "t.pt")
-    root_files = planner_tab.write_exports(Tree((-1,)), "r", {})
+    root_files, root_cannot = planner_tab.write_exports(Tree((-1,)), "r", {})
     assert set(root_files) == {"json", "growmap"}  # vllm and medusa cannot express a root-only tree
+    assert set(root_cannot) == {"vllm", "medusa"}
     # and the button says so, greyed, instead of a click that downloaded nothing and said nothing
     for fmt in ("vllm", "medusa"):
-        button = planner_tab._export_button({"format": fmt, "stem": "r"})
+        button = planner_tab._export_button({"format": fmt, "stem": "r", "cannot": root_cannot})
         assert button["interactive"] is False and button["value"] is None
         assert button["label"].startswith(f"Not as {fmt}: a root-only tree drafts no token"), button["label"]
-    button = planner_tab._export_button({"format": "growmap", "stem": "r"})
+    button = planner_tab._export_button({"format": "growmap", "stem": "r", "cannot": root_cannot})
     assert button["interactive"] is True and button["value"] == str(tmp_path / "r.pt")
-    assert planner_tab._export_button({"format": "json", "stem": None})["interactive"] is False
+    assert planner_tab._export_button({"format": "json", "stem": None, "cannot": {}})["interactive"] is False
 
 
 def test_a_broken_tree_json_is_said_to_be_one():

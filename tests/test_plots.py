@@ -280,6 +280,15 @@ def test_an_imported_trees_marks_hold_its_own_values_not_the_best_of_its_shape()
     assert "its own 1.234 tokens/step" in mark.hovertemplate
 
 
+def test_a_one_node_plan_is_marked_as_plain_decoding_not_with_the_depth_asked():
+    from engine.planner import choose_shape
+    from engine.planning import table_for
+    choice = choose_shape(table_for([0.6, 0.2, 0.1]), {1: 0.01, 8: 0.014}, {1: 0.002, 8: 0.003}, 0.001,
+                          budgets=range(1, 9), depths=range(1, 5))
+    star = next(t for t in plots.speedup_figure(choice.grid, (1, 4)).data if t.name == "chosen")
+    assert star.text[0].strip() == "n=1: plain decoding"
+
+
 def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     from app import live
     from engine.settings import Settings
