@@ -18,7 +18,7 @@ STATUS_COLORS = {
     "root": "#64748b",       # slate: the last committed token
     "accepted": "#16a34a",   # green: drafted and accepted by the target
     "rejected": "#dc2626",   # red: drafted, checked, refused
-    "unreached": "#94a3b8",  # grey: drafted, never checked (its parent was refused)
+    "unreached": "#94a3b8",  # grey: drafted, never checked (below a rejected node, or after an accepted sibling)
     "bonus": "#d97706",      # amber: the target's own token after the accepted path
 }
 STATUS_LABELS = {
@@ -129,9 +129,28 @@ def _sizes(n: int) -> int:
 
 
 # ---------------------------------------------------------------- tree of one step
-def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict) -> str:
+def _never_checked(node, by_index: dict) -> str:
+    """Why verification never tried this node: the walk stops below a rejected node, takes the
+    first accepted child and leaves its later siblings, and ends at an accepted end of text (every
+    unchecked node read "an ancestor was rejected", siblings of an accepted node included)."""
+    child, up = node, by_index.get(node.parent)
+    while up is not None and up.status == "unreached":
+        child, up = up, by_index.get(up.parent)
+    own = child is node
+    if up is None:
+        return "never checked"
+    if up.status == "rejected":
+        return "never checked: its parent was rejected" if own else "never checked: an ancestor was rejected"
+    if any(n.parent == up.index and n.status == "accepted" for n in by_index.values()):
+        return ("never checked: a sibling was accepted first" if own
+                else "never checked: a sibling of an ancestor was accepted first")
+    return "never checked: the answer ended before it"   # an accepted end-of-text token
+
+
+def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict, by_index: dict) -> str:
     """A step tree node's hover; `texts`: each node's token text, to name its parent by (the chart
-    shows tokens, not node numbers: "under node 5" named nothing on screen)."""
+    shows tokens, not node numbers: "under node 5" named nothing on screen); `by_index`: the
+    step's nodes by index, to say why one was never checked."""
     tok = html.escape(repr(node.text))
     head = f"<b>{tok}</b>  id {node.token_id}"
     if node.status == "root":
@@ -150,7 +169,7 @@ def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict) -
     verdict = {
         "accepted": "✓ accepted",
         "rejected": "✗ rejected",
-        "unreached": "never checked: an ancestor was rejected",
+        "unreached": _never_checked(node, by_index) if node.status == "unreached" else "",
         "bonus": ("bonus: the target's own most likely token" if greedy
                   else "bonus: drawn from the target's (residual) distribution"),
     }[node.status]
@@ -209,6 +228,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     on_path = set(path)
     size = _sizes(len(nodes))
     texts = {n.index: n.text for n in nodes}
+    by_index = {n.index: n for n in nodes if n.status != "bonus"}
     for status in ("unreached", "rejected", "accepted", "root", "bonus"):
         group = [n for n in nodes if n.status == status]
         labels = [show_token(n.text) if (not crowded or n.index in on_path or n.status == "bonus") else ""
@@ -226,7 +246,8 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
                         symbol="diamond" if status == "bonus" else "circle"),
             hoverinfo="text", cliponaxis=False, meta=status)
         if group:
-            trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler, texts) for n in group])
+            trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler, texts, by_index)
+                                                    for n in group])
         traces.append(trace)
     right = max(x for x, _ in pos)
     ys = [y for _, y in pos]

@@ -1,5 +1,6 @@
 """Plot units on hand-made StepEvents: one marker per node, the accepted path highlighted,
 layouts stable per tree shape, observed acceptance counted right, text marked by step."""
+import re
 from dataclasses import replace
 
 import pytest
@@ -38,6 +39,30 @@ def test_tree_figure_has_one_marker_per_node_coloured_by_status():
         assert by_status[status].marker.color == color
     assert len(by_status["accepted"].x) == 2 and len(by_status["bonus"].x) == 1
     assert fig.layout.uirevision == plots.UIREVISION
+
+
+def test_a_never_checked_node_says_why_it_was_not_tried():
+    """Every unchecked node read "an ancestor was rejected", the later siblings of an accepted
+    node too (a step with nothing rejected said it of all of them)."""
+    #  0 root -> 1 accepted, 2 (after it);  1 -> 3 rejected, 4 accepted, 5 (after it)
+    #  2 -> 6;  3 -> 7 -> 9;  4 -> 8 accepted end of text -> 10
+    parents = [-1, 0, 0, 1, 1, 1, 2, 3, 4, 7, 8]
+    statuses = ["root", "accepted", "unreached", "rejected", "accepted", "unreached", "unreached", "unreached",
+                "accepted", "unreached", "unreached"]
+    tree = Tree(tuple(parents))
+    nodes = [NodeRecord(i, 10 + i, f"t{i}", parents[i], tree.depth_of[i], tree.rank[i], None, None, status)
+             for i, status in enumerate(statuses)]
+    ev = replace(hand_made_event(), tree_parents=parents, nodes=nodes, accepted_path=[0, 1, 4, 8],
+                 accepted_ranks=[1, 2, 1])
+    hover = {}   # node index (its token id less 10) -> the hover's last line, the verdict
+    for trace in node_traces(plots.tree_figure(ev, greedy=True)):
+        for text in trace.hovertext or ():
+            hover[int(re.search(r"id (\d+)", text).group(1)) - 10] = text.split("<br>")[-1]
+    assert hover[2] == hover[5] == "never checked: a sibling was accepted first", hover
+    assert hover[6] == "never checked: a sibling of an ancestor was accepted first"
+    assert hover[7] == "never checked: its parent was rejected"
+    assert hover[9] == "never checked: an ancestor was rejected"
+    assert hover[10] == "never checked: the answer ended before it"
 
 
 def test_accepted_path_is_drawn_thick_through_the_path_nodes():
