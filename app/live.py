@@ -333,6 +333,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
         except (UserError, TreeError) as exc:
+            yield no_plan(sess, str(exc))
             raise page_error(str(exc)) from None
         try:
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
@@ -354,7 +355,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 return
             result = job.result
         except (UserError, TreeError) as exc:
-            yield {status: f"! {exc}"}
+            yield no_plan(sess, str(exc))
             raise page_error(str(exc)) from None
         if sess.plans.superseded(ticket):
             yield {status: gr.skip()}   # a newer plan, or a run, was asked for since
@@ -382,6 +383,16 @@ def build(ctx: AppContext, header: dict) -> dict:
             vec = result.planning_probabilities
             out[tree] = plots.plan_figure(result.tree, vec)
         yield out
+
+    def no_plan(sess, message: str) -> dict:
+        """A value no plan can have (depth 1 for a DP tree, T = 0.005, no imported tree): the plan
+        line and status say so; the last plan stayed up, "used by the next run", beside the error,
+        while Generate was refused with it."""
+        out = {plan_md: render.no_plan_line(message, sess.running), plan_json: {}}
+        if not sess.running:   # else the running job keeps its own tree and its status line
+            out[status] = f"✗ {message}. Change that value to get a plan (Generate refuses it too)."
+            out[tree] = plots.empty_figure("No plan for these values", 440)
+        return out
 
     def replan_beside_run(sess, *plan_args):
         """replan, but with a Live run on screen (finished, stopped or failed) only the plan line and

@@ -279,6 +279,13 @@ def plan_line(result, running: bool = False, own_run: bool = False, run_keeps: s
     return f'<div class="sq-plan">Plan: {" · ".join(parts)}{tail}{note}</div>'
 
 
+def no_plan_line(message: str, running: bool = False) -> str:
+    """The plan line where the page's values allow no plan (the last plan stayed up, "used by the
+    next run", beside the error); `running`: a run on, which keeps its own tree."""
+    tail = ' <span class="sq-note">(the running job keeps its tree)</span>' if running else ""
+    return f'<div class="sq-plan">✗ <b>No plan for these values:</b> {esc(message)}{tail}</div>'
+
+
 def backing_detail(result) -> str:
     """Which of a plan's backing positions were learned, and which remembered for this prompt."""
     learned = getattr(result, "learned", None) or {}

@@ -35,7 +35,9 @@ CPU_PROFILE_BUDGET = 32  # on a CPU t(n) grows about linearly past a few rows: t
 METHOD_KINDS = ("ar", "chain", "specinfer", "sequoia", "sequoia-auto", "tree")
 
 
-def check_shape(budget: int, depth: int) -> None:
+def check_shape(budget: int, depth: int, bounds: bool = False) -> None:
+    """A (budget, depth) a tree can have; with `bounds` (hardware-aware: at most these) depth 1
+    is allowed with any budget, as the root alone (the grid's only shape of depth 1)."""
     for value, name in ((budget, "budget"), (depth, "depth")):
         if not isinstance(value, int) or isinstance(value, bool):
             raise UserError(f"{name} must be an integer (got {value!r})")
@@ -43,7 +45,7 @@ def check_shape(budget: int, depth: int) -> None:
         raise UserError(f"budget must be between 1 and {MAX_BUDGET} nodes, the root included (got {budget})")
     if not 1 <= depth <= MAX_DEPTH:
         raise UserError(f"depth must be between 1 and {MAX_DEPTH} levels, the root included (got {depth})")
-    if budget > 1 and depth < 2:
+    if budget > 1 and depth < 2 and not bounds:
         raise UserError("a tree with more than one node needs depth >= 2 (the root is level 1)")
 
 
@@ -148,7 +150,7 @@ class MethodSpec:
                 raise UserError("no tree given: import a tree JSON or growmap first")
             return
         if self.kind != "ar":
-            check_shape(self.budget, self.depth)
+            check_shape(self.budget, self.depth, bounds=self.kind == "sequoia-auto")
         if self.kind in ("chain", "specinfer") and self.depth < 2:
             raise UserError(f"{self.kind} needs depth >= 2 (the root is level 1)")
         if self.kind in ("chain", "specinfer"):

@@ -191,6 +191,28 @@ def test_the_planner_tab_redraws_when_the_device_profile_is_replaced(served, pag
     assert not page_errors(page), page_errors(page)
 
 
+def test_a_value_no_plan_can_have_takes_the_old_plan_down(served, page):
+    """Depth 1 for a DP tree: the error toast came, but the plan line kept the last plan and the
+    status said it was "used by the next run" (Generate was refused). Both now say there is no plan,
+    and the plan comes back with a value that has one; hardware-aware, depth 1 is a bound: n=1."""
+    url, ctx = served
+    before = set(ctx.sessions._items)
+    open_page(page, url)
+    # (in a fresh cache the first plan profiles the device and measures a vector first)
+    assert wait_for(lambda: first_plan_marked(ctx, before), 120)
+    page.locator("#sq-hw input").click()   # a DP tree of the budget and depth asked
+    box = page.locator("#sq-depth input[type=number]")
+    box.fill("1")
+    box.press("Tab")
+    page.wait_for_function("document.querySelector('#sq-plan').innerText.includes('No plan for these values')",
+                           timeout=20000)
+    assert "Change that value to get a plan" in page.locator("#sq-live-status").inner_text()
+    page.locator("#sq-hw input").click()   # hardware-aware: at most 1 level, the root alone
+    page.wait_for_function("document.querySelector('#sq-plan').innerText.includes('1 node, 1 level')",
+                           timeout=20000)
+    assert "used by the next run" in page.locator("#sq-live-status").inner_text()
+
+
 def test_taking_the_recommended_sampling_re_plans_the_live_plan(served, page, monkeypatch):
     """The Models tab's button sets the Live tab's temperature, top-k and top-p; the Live plan
     follows them (values set by code fire no slider release, so it kept the old settings' plan)."""

@@ -327,3 +327,15 @@ def test_an_acceptance_list_with_an_empty_entry_is_refused_not_shifted():
         with pytest.raises(UserError, match="comma-separated numbers"):
             parse_acceptance(text)
     assert parse_acceptance(" 0.6, 0.2 ,0.1") == pytest.approx([0.6, 0.2, 0.1])
+
+
+def test_hardware_aware_depth_is_a_bound_so_depth_one_plans_the_root_alone():
+    """The page's depth 1 with hardware-aware on was refused as "a tree with more than one node
+    needs depth >= 2", though budget and depth are upper bounds there and budget 1 planned."""
+    from engine import planning
+    planning.MethodSpec("sequoia-auto", 8, 1).check()
+    with pytest.raises(UserError, match="depth >= 2"):
+        planning.MethodSpec("sequoia", 8, 1).check()
+    choice = planning.hardware_aware([0.6, 0.2, 0.1], SimpleNamespace(
+        target_seconds={1: 0.01, 8: 0.012}, draft_seconds={1: 0.002, 8: 0.003}, overhead_seconds=0.001), 8, 1)
+    assert (choice.n, choice.tree.size) == (1, 1)

@@ -88,7 +88,7 @@ def spec_from_args(args) -> MethodSpec:
             raise UserError(f"the tree in {args.tree} has {tree.size} nodes, more than --budget {args.budget}")
         return MethodSpec("tree", tree=tree)
     budget, depth = (SEQUOIA_BUDGET if args.budget is None else args.budget), (8 if depth is None else depth)
-    check_shape(budget, depth)
+    check_shape(budget, depth, bounds=args.auto)
     return MethodSpec("sequoia-auto" if args.auto else "sequoia", budget, depth)
 
 
