@@ -155,17 +155,35 @@ class Run:
         return [e for e in self.events if e.nodes]
 
     def replanned_words(self) -> str:
-        """How often learning changed the tree during the run, and the last one ("" if never): the
-        Done line named only the plan the run started from (n=8 d=4 after it had moved to 6 nodes).
-        The learner's own count (planning.Replanner.tree_changes): a tree cut at the context limit,
-        a slider re-plan sent to the run, or a re-plan that kept the tree is no change by learning."""
-        changes = int((self.learning or {}).get("tree_changes") or 0)
+        """How often the tree changed during the run, and the last one ("" if never): the Done line
+        named only the plan the run started from (n=8 d=4 after learning had moved it to 6 nodes,
+        or a budget slider to 4). Counted over the steps' own trees; the learner's count
+        (planning.Replanner.tree_changes) says how many were learning's (a slider re-plan sent to
+        the run and a tree cut at the context limit are the others)."""
+        learned = int((self.learning or {}).get("tree_changes") or 0)
+        trees = [tuple(e.tree_parents) for e in self.steps]
+        changes = sum(a != b for a, b in zip(trees, trees[1:]))
+        if changes > learned:
+            last = Tree.from_parents(list(trees[-1]))
+            by_learning = f", {learned} by learning" if learned else ""
+            return (f" (its tree changed {plural(changes, 'time')} during the run{by_learning}; "
+                    f"the last one n={last.size} d={last.depth})")
         parents = (self.learning or {}).get("tree_parents")
-        if not changes or not parents:
+        if not learned or not parents:
             return ""
         last = Tree.from_parents(parents)
-        return (f" (learning changed its tree {plural(changes, 'time')}; "
+        return (f" (learning changed its tree {plural(learned, 'time')}; "
                 f"the last one n={last.size} d={last.depth})")
+
+    @property
+    def label_now(self) -> str:
+        """The run's label, and the tree its last step used where that is another than the plan's
+        (learning or a slider re-plan moved it: the status line said n=8 while the tree drawn had 4)."""
+        steps = self.steps
+        if self.plan is None or not steps or tuple(steps[-1].tree_parents) == tuple(self.plan.tree.parents):
+            return self.label
+        now = Tree.from_parents(list(steps[-1].tree_parents))
+        return f"{self.label}, now n={now.size} d={now.depth}"
 
     def settings_words(self) -> str:
         """The sampling the run used, for its Done line: the sliders may read other values by then
@@ -241,7 +259,7 @@ class Run:
 
     def metrics(self) -> str:
         pred, note = self.predicted()
-        return render.metrics_html(self.events, pred, note, self.label)
+        return render.metrics_html(self.events, pred, note, self.label_now)
 
     def text(self, current: int | None = None) -> str:
         return render.text_html(self.events, current)
@@ -779,7 +797,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
                 f"{run.replanned_words()}, {run.settings_words()}."
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
-    return f"● {run.label}: step {ev.step} · {plural(ev.total_tokens, 'token')} · {ev.tokens_per_second:.1f} tokens/s"
+    return f"● {run.label_now}: step {ev.step} · {plural(ev.total_tokens, 'token')} · {ev.tokens_per_second:.1f} tokens/s"
 
 
 def _replay_update(n: int):

@@ -700,3 +700,28 @@ def test_the_done_line_says_when_learning_changed_the_tree():
     assert run.replanned_words() == ""   # re-planned, the tree kept (a tree cut at the context limit is no change either)
     run.learning = {"replans": 9, "tree_changes": 1, "tree_parents": [-1, 0, 0, 1, 2, 3]}
     assert run.replanned_words() == " (learning changed its tree 1 time; the last one n=6 d=4)"
+
+
+def test_the_status_and_done_line_say_when_a_slider_changed_the_running_tree():
+    """A budget moved from 8 to 4 during a run: the tree drawn had 4 nodes while the status line
+    and the Done line named only the plan it started from ("Sequoia n=8 d=4: step 13")."""
+    from types import SimpleNamespace
+    from app.live import Run, _run_status
+    from engine.settings import Settings
+    from engine.tree import Tree
+    eight, four = Tree.from_parents([-1, 0, 0, 1, 1, 2, 3, 4]), Tree.from_parents([-1, 0, 1, 2])
+    run = Run(Settings())
+    run.plan = SimpleNamespace(tree=eight, method=SimpleNamespace(label="Sequoia n=8 d=4"))
+
+    def step(i, tree, done=False):
+        return SimpleNamespace(nodes=[1], tree_parents=list(tree.parents), step=i, total_tokens=2 * i, done=done,
+                               total_steps=i, tokens_per_step=2.0, tokens_per_second=3.0,
+                               finish_reason="max_new_tokens")
+    run.events = [step(1, eight), step(2, eight)]
+    assert _run_status(run.events[-1], run).startswith("● Sequoia n=8 d=4: step 2")
+    run.events += [step(3, four)]
+    assert _run_status(run.events[-1], run).startswith("● Sequoia n=8 d=4, now n=4 d=4: step 3")
+    run.events += [step(4, four, done=True)]
+    assert " (its tree changed 1 time during the run; the last one n=4 d=4)" in _run_status(run.events[-1], run)
+    run.learning = {"tree_changes": 1, "tree_parents": list(four.parents)}   # learning's own change
+    assert " (learning changed its tree 1 time; the last one n=4 d=4)" in _run_status(run.events[-1], run)
