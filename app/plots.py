@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import html
 import math
+import re
+import textwrap
 
 import networkx as nx
 import plotly.graph_objects as go
@@ -302,10 +304,19 @@ def plan_figure(tree, acceptance=None, title: str | None = None, height: int | N
                         f"(widths {tree.level_widths})")
 
 
+EMPTY_LINE_CHARS = 55   # about what the narrowest chart (half the page) holds at 14 px
+NBSP = "\u00a0"          # textwrap breaks at ASCII whitespace only
+
+
 def empty_figure(message: str, height: int = 440) -> go.Figure:
+    """A chart with nothing to draw yet, saying why; the message wrapped, since plotly keeps an
+    annotation on one line (a long one ran off both sides of a half-width chart)."""
     fig = go.Figure()
-    fig.add_annotation(text=html.escape(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
-                       font=dict(size=14, color=FONT))
+    # a button's quoted name (“Profile this device”) stays on one line: its spaces do not break
+    kept = re.sub(r"“[^”]*”", lambda m: m.group(0).replace(" ", NBSP), message)
+    lines = [line.replace(NBSP, " ") for line in textwrap.wrap(kept, EMPTY_LINE_CHARS)] or [""]
+    fig.add_annotation(text="<br>".join(html.escape(line) for line in lines), x=0.5, y=0.5, xref="paper",
+                       yref="paper", showarrow=False, font=dict(size=14, color=FONT))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return _base_layout(fig, height)

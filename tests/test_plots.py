@@ -502,3 +502,15 @@ def test_a_measurement_is_said_where_the_chart_shows_another_vector():
     assert shown_here.startswith("✓ Measured just now: 192 positions over 8 prompts") and "shown below" in shown_here
     elsewhere = render.measured_words(vec, "1531 positions · `assets/measured/acceptance/cd.json`")
     assert "pooled over every kind of prompt" in elsewhere and "their own kind's vector" in elsewhere
+
+
+def test_a_long_empty_chart_message_is_wrapped_to_fit_a_half_width_chart():
+    """The autoregressive run's acceptance chart said its line on one line, cut off on both sides."""
+    message = ("The tree is the root alone: nothing is drafted, so no rank is tried (one token per step, "
+               "as plain decoding)")
+    text = plots.empty_figure(message, 260).layout.annotations[0].text
+    lines = text.split("<br>")
+    assert len(lines) >= 2 and max(map(len, lines)) <= plots.EMPTY_LINE_CHARS
+    assert " ".join(lines) == message
+    button = "Predicted speedup needs an acceptance vector (“Measure on this pair”) and a device profile"
+    assert "“Measure on this pair”" in plots.empty_figure(button).layout.annotations[0].text.replace("<br>", "|")
