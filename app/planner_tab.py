@@ -17,6 +17,7 @@ from app.live import (LIGHT, PAGE_WIRING, PROFILING_NOW, TAKEN_BACK, failure_mes
 from app.state import METHOD_LABELS, AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
+from engine import profiler
 from engine import planning
 from engine.errors import UserError
 from engine.jobs import Progress, ProfileKept
@@ -333,7 +334,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             sess.run_ended("planner", "")
             raise
         if measured is not None and acc_caption in out:
-            out[acc_caption] = render.measured_words(measured, out[acc_caption]) + out[acc_caption]
+            hidden = profiler.shipped_hidden_by(ctx.worker.pair, measured) if ctx.worker.pair else None
+            out[acc_caption] = render.measured_words(measured, out[acc_caption], hidden) + out[acc_caption]
         if isinstance(profiled, ProfileKept) and prof_caption in out:
             out[prof_caption] = render.kept_profile_words(profiled.noisy, profiled.kept) + out[prof_caption]
         caption = {"Measuring": acc_caption, "Profiling": prof_caption}.get(stopped)

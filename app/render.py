@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from app.plots import PLANNED, STATUS_COLORS
-from engine import prompt_memory
+from engine import profiler, prompt_memory
 from engine.learning import PRIOR_WEIGHT
 from engine.wording import plural
 
@@ -209,17 +209,20 @@ def interval_words(vec) -> str:
     return "bars: ±95 % interval over positions (narrower than one over prompts would be)"
 
 
-def measured_words(vec, caption: str) -> str:
+def measured_words(vec, caption: str, hidden=None) -> str:
     """What a Measure just made, said before the tab's caption: where the prompt's kind has a vector
-    of its own the chart shows that one, and a measurement that showed nowhere read as lost."""
+    of its own the chart shows that one, and a measurement that showed nowhere read as lost.
+    `hidden`: a shipped vector of more positions it now stands in for (profiler.shipped_hidden_by)."""
     what = (f"✓ Measured just now: {plural(vec.positions, 'position')} over {plural(vec.prompts, 'prompt')}, "
             f"{'its ' + vec.domain + ' prompts' if vec.domain else 'pooled over every kind of prompt'} "
             f"(`{short_path(vec.source)}`)")
+    warn = ("" if hidden is None else
+            f"⚠ {profiler.hides_words(vec, hidden, f'`{short_path(vec.source)}`').capitalize()}. ")
     if short_path(vec.source) in caption:
-        return what + ", shown below. "
+        return what + ", shown below. " + warn
     return (what + ". The chart shows the vector this prompt's plan uses: code and prose prompts are planned "
             "from their own kind's vector where the two differ (engine/domains.py); the pooled one serves "
-            "prompts of neither kind. ")
+            "prompts of neither kind. " + warn)
 
 
 def kept_profile_words(noisy, kept) -> str:

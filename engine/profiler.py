@@ -173,6 +173,30 @@ def save_acceptance(pair: ModelPair, vec: AcceptanceVector) -> Path:
     return _write_cached("acceptance", key, vec.to_dict())
 
 
+def shipped_hidden_by(pair: ModelPair, vec: AcceptanceVector) -> AcceptanceVector | None:
+    """The shipped vector (assets/measured/) for the same settings, kernels and prompt domain as a
+    vector in the user cache, where it holds more positions: the user cache is read first, so a
+    short measurement (the app's Measure, a default `measure`: ~190 positions) hides a shipped one
+    of thousands; the caller says so, with how to go back (delete the user's file)."""
+    key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, vec.top_k, vec.domain)
+    path = SHIPPED / "acceptance" / f"{key}.json"
+    if not path.exists() or Path(vec.source or "").resolve() == path.resolve():
+        return None
+    try:
+        shipped = AcceptanceVector(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    shipped.source = str(path)
+    return shipped if shipped.positions > vec.positions else None
+
+
+def hides_words(vec: AcceptanceVector, shipped: AcceptanceVector, path: str | None = None) -> str:
+    """What shipped_hidden_by found, in words (the CLI's measure and the Planner's Measure)."""
+    return (f"this {vec.positions}-position vector now stands in for the shipped one of {shipped.positions} "
+            f"positions at these settings (the user cache is read first); delete {path or vec.source} to plan "
+            "from the shipped one again")
+
+
 def measured_vectors(pair: ModelPair, domain: str | None = "") -> list[AcceptanceVector]:
     """Every cached acceptance vector of this pair (user cache and shipped files), any settings, of
     one prompt domain ("" = pooled over every prompt; None = any domain)."""

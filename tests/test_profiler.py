@@ -24,6 +24,28 @@ def test_draft_equal_to_target_accepts_rank_one(temperature):
     assert all(row[0] == sum(row[1:]) for row in vec.prompt_counts)
 
 
+def test_a_short_measurement_that_hides_a_shipped_vector_is_found(tmp_path, monkeypatch):
+    """The user cache is read before the shipped vectors: a default `measure` (193 positions)
+    silently took the place of the shipped 3,067-position vector at T = 0."""
+    monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(profiler, "SHIPPED", tmp_path / "shipped")
+    pair = tiny_pair("llama")
+    vec = profiler.measure_acceptance(pair, PROMPTS, 0.0, width=4, tokens_per_prompt=8)
+    key = profiler.acceptance_key(pair, vec.sampler, 0.0, 1.0, 4)
+    (tmp_path / "shipped" / "acceptance").mkdir(parents=True)
+    shipped_path = tmp_path / "shipped" / "acceptance" / f"{key}.json"
+    shipped_path.write_text(json.dumps({**vec.to_dict(), "positions": 3067}))
+    assert profiler.cached_acceptance(pair, 0.0, width=4).positions == 3067   # nothing of the user's yet
+    vec.source = str(profiler.save_acceptance(pair, vec))
+    assert profiler.cached_acceptance(pair, 0.0, width=4).positions == vec.positions   # the user's wins
+    hidden = profiler.shipped_hidden_by(pair, vec)
+    assert hidden is not None and hidden.positions == 3067 and hidden.source == str(shipped_path)
+    assert "shipped one of 3067 positions" in profiler.hides_words(vec, hidden)
+    assert profiler.shipped_hidden_by(pair, hidden) is None   # the shipped one itself hides nothing
+    shipped_path.write_text(json.dumps({**vec.to_dict(), "positions": 10}))
+    assert profiler.shipped_hidden_by(pair, vec) is None      # a smaller shipped one is no loss
+
+
 def test_vector_is_measured_once_then_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQUOIA_CACHE", str(tmp_path))
     pair = tiny_pair("llama")

@@ -3,10 +3,12 @@ with a star, or by replay (engine/replay.py: thousands of positions in minutes),
 domain (code / prose)."""
 from __future__ import annotations
 
+import sys
+
 from engine.commands.common import (add_pair_args, check_flag, pair_from_args, print_json, read_prompt_set,
                                     read_prompts)
 from engine.errors import UserError
-from engine.profiler import measure_acceptance, save_acceptance
+from engine.profiler import hides_words, measure_acceptance, save_acceptance, shipped_hidden_by
 from engine.domains import differ, pooled_vector
 from engine.replay import DRAWS, replay_acceptance
 from engine.settings import MAX_NEW_TOKENS, Settings
@@ -29,7 +31,7 @@ def register(sub) -> None:
                    help="with --prompt-set: one vector per prompt kind (code, prose) and the pooled one, all cached")
     p.add_argument("--replay", action="store_true",
                    help="decode each answer once, then replay the star's verifier at every position (engine/replay.py)")
-    p.add_argument("--draws", type=int, default=DRAWS,
+    p.add_argument("--draws", type=int, default=None,
                    help=f"with --replay: verifier replays per position at T > 0 (default {DRAWS})")
     p.add_argument("--tokens-per-prompt", type=int, default=48, help="tokens decoded per prompt (default 48)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled answers and draws (default 0)")
@@ -57,7 +59,10 @@ def _groups(args) -> list[tuple[str, list[str]]]:
 def run(args) -> int:
     # what needs no models is refused before the pair loads, by the flags' own names
     check_flag(args.width, "--width", 1, 64)
-    check_flag(args.draws, "--draws", 1)
+    if args.draws is not None and not args.replay:   # refused, not ignored (README, Command line)
+        raise UserError("--draws is for --replay (a star measurement verifies each position once)")
+    draws = DRAWS if args.draws is None else args.draws
+    check_flag(draws, "--draws", 1)
     check_flag(args.tokens_per_prompt, "--tokens-per-prompt", 1, MAX_NEW_TOKENS)
     Settings(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.tokens_per_prompt,
              seed=args.seed)
@@ -67,7 +72,7 @@ def run(args) -> int:
     for domain, prompts in groups:
         if args.replay:
             vec = replay_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
-                                    tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, draws=args.draws,
+                                    tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, draws=draws,
                                     top_k=args.top_k, domain=domain)
         else:
             vec = measure_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
@@ -78,11 +83,15 @@ def run(args) -> int:
         vectors.append(pooled_vector(vectors))
     for vec in vectors:
         vec.source = str(save_acceptance(pair, vec))
+    hidden = {id(vec): shipped_hidden_by(pair, vec) for vec in vectors}
     domains = [v for v in vectors if v.domain]
     apart = differ(*domains) if len(domains) == 2 else None
     if args.json:
         print_json({"vectors": [v.to_dict() for v in vectors], "domains_differ": apart} if len(vectors) > 1
                    else vectors[0].to_dict())
+        for vec in vectors:
+            if hidden[id(vec)] is not None:
+                print(f"note: {hides_words(vec, hidden[id(vec)])}", file=sys.stderr)
         return 0
     for vec in vectors:
         print(f"{vec.domain or 'pooled'}: {plural(vec.positions, 'position')} over {plural(vec.prompts, 'prompt')} in "
@@ -95,6 +104,8 @@ def run(args) -> int:
         for k, (p, ci) in enumerate(zip(vec.probabilities, vec.ci95), start=1):
             print(f"  rank {k:2d}: {p:.3f} ± {ci:.3f}")
         print(f"  none   : {vec.none:.3f}")
+        if hidden[id(vec)] is not None:
+            print(f"  note: {hides_words(vec, hidden[id(vec)])}")
     if apart is not None:
         print("code and prose " + ("differ beyond their 95 % intervals: planning uses the prompt's own vector"
                                    if apart else "agree within their 95 % intervals: planning uses the pooled one"))
