@@ -384,9 +384,11 @@ class Worker:
 
     # ---- internals
     def _position(self, job: Job) -> int:
+        """A background unit running now is not counted: it stops at its next step for any job (a
+        run read "1 job ahead" while nothing but the background measurement was there)."""
         with self._lock:
             if job in self._pending:
-                return self._pending.index(job) + (1 if self._current else 0)
+                return self._pending.index(job) + (1 if self._current and not self._current.background else 0)
         return 0
 
     def _note_item(self, job: Job, item: Any) -> None:

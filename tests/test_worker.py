@@ -57,6 +57,25 @@ def test_a_job_whose_stream_ended_is_done():
     w.close()
 
 
+def test_a_background_unit_running_is_no_job_ahead():
+    """A run behind the background measurement read "waiting for the model worker (1 job ahead)"
+    while the header said idle: the unit stops at its next step for any job, so none is ahead."""
+    from engine.worker import Job
+    w = Worker()
+    unit, run, race = (Job(w, name, lambda ctx: iter(()), (), {}) for name in ("unit", "run", "race"))
+    unit.background = True
+    try:
+        with w._lock:
+            w._current, w._pending[:] = unit, [run, race]
+        assert (run.position, race.position) == (0, 1)
+        unit.background = False   # a user's job running: it is ahead of both
+        assert (run.position, race.position) == (1, 2)
+    finally:
+        with w._lock:
+            w._current, w._pending[:] = None, []
+        w.close()
+
+
 def test_jobs_run_one_at_a_time_in_order():
     w = Worker()
     spans, lock, checked = [], threading.Lock(), threading.Event()
