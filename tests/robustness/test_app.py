@@ -591,6 +591,20 @@ def _app_main():
     return module
 
 
+def test_the_port_follows_gradios_variable_unless_given(monkeypatch, capsys):
+    """app.py passed --port 7860 whatever GRADIO_SERVER_PORT said (a helper's server on 7871 was not)."""
+    main = _app_main()
+    monkeypatch.delenv("GRADIO_SERVER_PORT", raising=False)
+    assert main.parse_args([]).port == 7860
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "7871")
+    assert main.parse_args([]).port == 7871 and main.parse_args(["--port", "7000"]).port == 7000
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "seventy")
+    with pytest.raises(SystemExit):
+        main.parse_args([])
+    assert "GRADIO_SERVER_PORT must be a port number (got 'seventy')" in capsys.readouterr().err
+    assert main.parse_args(["--port=7000"]).port == 7000
+
+
 def test_the_app_binds_to_this_machine_and_never_shares_by_default(monkeypatch):
     main = _app_main()
     args = main.parse_args([])
