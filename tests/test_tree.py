@@ -42,6 +42,13 @@ def test_bad_parent_lists(parents, fragment):
         Tree.from_parents(parents)
 
 
+def test_a_tree_json_without_one_root_shows_the_shape_it_wants():
+    """A file holding [1, 2] read "found 0" and left the expected shape to guess."""
+    for text in ("[1, 2]", '{"parents": [0, 0]}'):
+        with pytest.raises(TreeError, match=r'found 0: a tree JSON lists each node.s parent.*"parents": \[-1, 0'):
+            Tree.from_json(text)
+
+
 def test_too_many_nodes():
     Tree.from_parents([-1] + [0] * (MAX_TREE_NODES - 1))
     with pytest.raises(TreeError, match="at most"):
