@@ -258,7 +258,10 @@ def plan_line(result, running: bool = False, own_run: bool = False, run_keeps: s
     else:
         parts.append("speedup: profile the device (Planner tab) to predict it")
     note = ""
-    if result.acceptance is not None:
+    drafts = getattr(getattr(result, "spec", None), "kind", None) != "ar"
+    if not drafts:   # plain decoding reads no vector: its lines (and "plan backed by") said nothing of it
+        note = '<div class="sq-note">autoregressive: one token per step, no acceptance vector needed</div>'
+    elif result.acceptance is not None:
         # the measured vector itself; what learning added is said once, on the "backed by" line
         vec = result.measured_acceptance
         cls = "sq-warn" if not result.exact else "sq-note"
@@ -272,7 +275,7 @@ def plan_line(result, running: bool = False, own_run: bool = False, run_keeps: s
     elif result.acceptance_note:
         note = f'<div class="sq-note">{esc(short_paths_in(result.acceptance_note))}</div>'
     learned = getattr(result, "learned", None)
-    if learned is not None and result.acceptance is not None:
+    if learned is not None and result.acceptance is not None and drafts:
         note += (f'<div class="sq-note">plan backed by {result.backing_positions} positions '
                  f'({backing_detail(result)})</div>')
     tail = (f' <span class="sq-note">(the running job {esc(keeps_own_sampling(run_keeps))})</span>'

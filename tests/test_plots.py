@@ -514,3 +514,16 @@ def test_a_long_empty_chart_message_is_wrapped_to_fit_a_half_width_chart():
     assert " ".join(lines) == message
     button = "Predicted speedup needs an acceptance vector (“Measure on this pair”) and a device profile"
     assert "“Measure on this pair”" in plots.empty_figure(button).layout.annotations[0].text.replace("<br>", "|")
+
+
+def test_an_autoregressive_plan_line_names_no_acceptance_vector():
+    """Plain decoding reads no vector, but its plan line showed the measured one and "plan backed by
+    N positions"."""
+    from types import SimpleNamespace
+    root = Tree((-1,))
+    result = SimpleNamespace(method=SimpleNamespace(label="Autoregressive"), tree=root, expected_tokens=1.0,
+                             predicted_speedup=1.0, acceptance=object(), spec=SimpleNamespace(kind="ar"),
+                             acceptance_note="measured over 3067 positions, cache file x.json", exact=True,
+                             learned={"positions": 5, "runs": 1})
+    line = render.plan_line(result)
+    assert "no acceptance vector needed" in line and "backed by" not in line and "3067" not in line
