@@ -132,11 +132,12 @@ def metrics_html(events, predicted: float | None = None, predicted_note: str = "
         return '<div class="sq-metrics sq-empty">Metrics appear here while a run goes.</div>'
     last = events[-1]
     last_step = real[-1] if real else None
-    mean = last.tokens_per_step
+    stepped = last.total_steps > 0   # a run stopped in its prefill has no rate to show ("0.0 tokens / s")
     cards = [
-        _card(f"{last.tokens_per_second:.1f}", "tokens / s", f"prefill {last.prefill_seconds:.2f} s not counted"),
-        _card(f"{mean:.2f}", "tokens / step (mean)",
-              f"last step: {len(last_step.new_token_ids) if last_step else 0}", STATUS_COLORS["accepted"]),
+        _card(f"{last.tokens_per_second:.1f}" if stepped else "—", "tokens / s",
+              f"prefill {last.prefill_seconds:.2f} s not counted"),
+        _card(f"{last.tokens_per_step:.2f}" if stepped else "—", "tokens / step (mean)",
+              f"last step: {len(last_step.new_token_ids)}" if last_step else "no step yet", STATUS_COLORS["accepted"]),
         _card("—" if predicted is None else f"{predicted:.2f}", "predicted tokens / step",
               esc(predicted_note) or "from the measured acceptance vector", PLANNED),
         _card(f"{last.total_steps}", "steps", plural(last.total_tokens, "token")

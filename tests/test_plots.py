@@ -527,3 +527,12 @@ def test_an_autoregressive_plan_line_names_no_acceptance_vector():
                              learned={"positions": 5, "runs": 1})
     line = render.plan_line(result)
     assert "no acceptance vector needed" in line and "backed by" not in line and "3067" not in line
+
+
+def test_a_run_stopped_before_its_first_step_shows_no_rates():
+    """Stopped during the prefill: the cards read "0.0 tokens/s", "0.00 tokens/step", "last step: 0"."""
+    from types import SimpleNamespace
+    stopped = SimpleNamespace(nodes=[], done=True, total_steps=0, total_tokens=0, tokens_per_second=0.0,
+                              tokens_per_step=0.0, prefill_seconds=0.4, finish_reason="stopped")
+    html_ = render.metrics_html([stopped])
+    assert "0.0<" not in html_ and "0.00<" not in html_ and "no step yet" in html_ and html_.count(">—<") >= 2
