@@ -188,6 +188,10 @@ def _resolve_source(name: str) -> str:
     name = (name or "").strip()
     if not name:
         raise UserError("model name is empty: give a Hugging Face id, a local folder, or 'default'")
+    # a path (no hub id starts so) that is not there: said before anything loads or converts (the
+    # embedded target was prepared first, then the message spoke of the hub being offline)
+    if name.startswith(("/", "./", "../", "~", "\\")) and not Path(name).expanduser().exists():
+        raise UserError(f"no such folder: '{name}' (a local model is a folder with config.json and weights)")
     return name
 
 

@@ -1,4 +1,6 @@
 """Pair loading checks: the tree-mask probe, tokenizer comparison, devices, chat prompts."""
+import re
+
 import pytest
 import torch
 
@@ -50,6 +52,17 @@ def test_probe_refuses_a_model_that_ignores_the_mask():
 def test_probe_refuses_a_model_that_rejects_the_mask():
     with pytest.raises(UserError, match="cannot run a forward with a custom 4-D attention mask"):
         probe_tree_mask(RefusesMask(make_model("llama", 31, seed=0)), "refuser")
+
+
+def test_a_path_that_is_not_there_is_refused_before_anything_loads(monkeypatch):
+    """`generate --draft /nonexistent` prepared the embedded target first, then spoke of the hub
+    being offline; a hub id (org/name) still goes to the hub's own checks."""
+    from engine import models
+    monkeypatch.setattr(models, "resolve_device", lambda d: pytest.fail("went on to load"))
+    for path in ("/no/such/model", "./nowhere", "~/nowhere-at-all"):
+        with pytest.raises(UserError, match=f"no such folder: '{re.escape(path)}'"):
+            models.load_pair(path, "default")
+    assert models._resolve_source("org/name") == "org/name"
 
 
 def test_tokenizer_comparison():
