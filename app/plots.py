@@ -97,7 +97,8 @@ def _fmt_prob(p) -> str:
 
 
 def _layout(height: int, title: str | None = None, **extra) -> dict:
-    out = dict(height=height, margin=dict(l=8, r=8, t=44 if title else 16, b=8), uirevision=UIREVISION,
+    top = 44 + 16 * title.count("<br>") if title else 16   # a title's second line needs room too
+    out = dict(height=height, margin=dict(l=8, r=8, t=top, b=8), uirevision=UIREVISION,
                paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(color=FONT, size=12),
                hoverlabel=dict(font=dict(size=12), align="left"), **extra)
     if title:
@@ -300,8 +301,10 @@ def plan_figure(tree, acceptance=None, title: str | None = None, height: int | N
     ys = [y for _, y in pos]
     pad = max(0.6, 0.04 * (max(ys) - min(ys)))
     _hidden_axes(fig, (-0.3, tree.depth - 1 + 0.8), (min(ys) - pad, max(ys) + pad))
-    return _base_layout(fig, height, title or f"Planned tree: {plural(tree.size, 'node')}, {plural(tree.depth, 'level')} "
-                        f"(widths {tree.level_widths})")
+    # the shading is not one of the run's statuses (the page's legend lists those): the title says it
+    shade = "<br><sup>shade: how likely each node is reached (darker = likelier)</sup>" if acceptance is not None else ""
+    return _base_layout(fig, height, (title or f"Planned tree: {plural(tree.size, 'node')}, "
+                                      f"{plural(tree.depth, 'level')} (widths {tree.level_widths})") + shade)
 
 
 EMPTY_LINE_CHARS = 55   # about what the narrowest chart (half the page) holds at 14 px

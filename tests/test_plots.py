@@ -117,6 +117,9 @@ def test_plan_figure_one_marker_per_node():
     fig = plots.plan_figure(tree, [0.6, 0.2, 0.1])
     marks = next(t for t in fig.data if t.meta == "planned")
     assert len(marks.x) == tree.size
+    # its shading is no run status (the page's legend lists those): the title says what it is
+    assert "how likely each node is reached" in fig.layout.title.text and fig.layout.margin.t > 44
+    assert "how likely" not in plots.plan_figure(tree).layout.title.text   # no vector: no shading
 
 
 def test_observed_acceptance_counts_trials_per_rank():
