@@ -200,9 +200,11 @@ class Run:
             return None, ""
         vec = self.plan.acceptance
         steps = self.steps
+        if self.plan.tree.size == 1 and not any(len(e.tree_parents) > 1 for e in steps):
+            # the root alone drafts nothing: one token a step whatever the vector (it read "by the
+            # vector measured at T=0" for plain decoding)
+            return 1.0, "one token per step: nothing is drafted"
         if vec is None:
-            if self.plan.tree.size == 1:
-                return 1.0, "autoregressive"
             return None, "no vector measured for these settings"
         acc = tuple(self.plan.planning_probabilities)   # a prompt run before: its memory's posterior
         if not steps:

@@ -392,6 +392,21 @@ def test_the_live_prediction_uses_an_unmeasured_vector_and_says_which():
     assert run.predicted()[1] == "by the nearest vector (measured at T=0.7)"
 
 
+def test_a_one_node_runs_prediction_is_one_token_a_step_not_the_vectors():
+    """Plain decoding's card read "1.00 predicted tokens / step by the vector measured at T=0"."""
+    from app import live
+    from engine import methods, planning
+    from engine.settings import Settings
+    from tests.test_learning import _event, _vec
+    root = planning.Tree((-1,))
+    plan = planning.PlanResult(planning.MethodSpec("ar"), methods.autoregressive(), 1.0, _vec(0.0, 1.0, [0.6, 0.2]),
+                               "measured", True)
+    run = live.Run(Settings())
+    run.plan = plan
+    run.events.append(_event([-1], {}))
+    assert run.plan.tree == root and run.predicted() == (1.0, "one token per step: nothing is drafted")
+
+
 def test_paths_are_shown_as_a_reader_finds_them(monkeypatch):
     """Shipped assets (as the engine names them) relative to the app's folder, the user's cache
     with ~, others as they are; only where a path starts, and no ~ for a home that is the root."""
