@@ -302,7 +302,8 @@ def plan_figure(tree, acceptance=None, title: str | None = None, height: int | N
     pad = max(0.6, 0.04 * (max(ys) - min(ys)))
     _hidden_axes(fig, (-0.3, tree.depth - 1 + 0.8), (min(ys) - pad, max(ys) + pad))
     # the shading is not one of the run's statuses (the page's legend lists those): the title says it
-    shade = "<br><sup>shade: how likely each node is reached (darker = likelier)</sup>" if acceptance is not None else ""
+    shade = ('<br><span style="font-size:11px">shade: how likely each node is reached (darker = likelier)</span>'
+             if acceptance is not None else "")
     return _base_layout(fig, height, (title or f"Planned tree: {plural(tree.size, 'node')}, "
                                       f"{plural(tree.depth, 'level')} (widths {tree.level_widths})") + shade)
 
