@@ -228,6 +228,17 @@ class Run:
             return None
         return max(max(Counter(p for p in parents if p >= 0).values(), default=0) for parents in trees)
 
+    def planned_acc_fig(self):
+        """Before a run: the vector the next run's plan reads, by rank (the chart stayed blank until
+        a first step, though the plan was known); a learned posterior where learning pooled one."""
+        widest = self.widest()
+        vec = self.plan.acceptance if self.plan else None
+        if widest == 0 or vec is None:
+            return self.acc_fig()   # the root alone, or no vector: its own words
+        name = "planned (measured vector)" if self.plan.exact else "planned (not measured here)"
+        return plots.acceptance_figure(self.plan.planning_probabilities, ci=vec.ci95, planned_name=name,
+                                       widest=widest, title="Acceptance by rank: what the next run is planned from")
+
     def acc_fig(self):
         widest = self.widest()   # (it walks every step's tree: once per frame)
         if widest == 0:   # n = 1 (autoregressive, or a budget of 1): no rank is ever tried
@@ -402,6 +413,9 @@ def build(ctx: AppContext, header: dict) -> dict:
         if not running:
             vec = result.planning_probabilities
             out[tree] = plots.plan_figure(result.tree, vec)
+            planned = Run(settings)
+            planned.plan = result
+            out[acc] = planned.planned_acc_fig()
         yield out
 
     def no_plan(sess, message: str) -> dict:
@@ -412,6 +426,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         if not sess.running:   # else the running job keeps its own tree and its status line
             out[status] = f"✗ {message}. Change that value to get a plan (Generate refuses it too)."
             out[tree] = plots.empty_figure("No plan for these values", 440)
+            out[acc] = plots.empty_figure("No plan for these values", 260)
         return out
 
     def replan_beside_run(sess, *plan_args):
@@ -490,8 +505,10 @@ def build(ctx: AppContext, header: dict) -> dict:
             return _dropped(sess)
         sess.plan = result
         vec = result.planning_probabilities
+        planned = Run(settings)
+        planned.plan = result
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
-                tree: plots.plan_figure(result.tree, vec), status: READY}
+                tree: plots.plan_figure(result.tree, vec), acc: planned.planned_acc_fig(), status: READY}
 
     def _dropped(sess) -> dict:
         """The page's first plan says nothing once a run or a race has started; a race shows no plan
@@ -551,6 +568,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                     # this run's tree until its first step draws one (not the last run's last step)
                     yield {plan_md: render.plan_line(item.data, own_run=True), plan_json: item.data.summary(),
                            tree: plots.plan_figure(item.data.tree, item.data.planning_probabilities),
+                           acc: run.acc_fig(),   # the run's planned vector; its observed bars join each step
                            status: f"● running **{item.data.method.label}**…" if going else gr.skip()}
                 elif isinstance(item, Note) and item.kind == "learning":
                     run.learning = item.data
@@ -613,7 +631,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 return p["prompt"]
         return gr.skip()
 
-    plan_outputs = [plan_md, tree, status, plan_json]
+    plan_outputs = [plan_md, tree, status, acc, plan_json]   # the plan's JSON stays last (scripts read [-1])
     for slider in (budget, depth, temperature, top_p, top_k):
         slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}",
                        show_progress="hidden", trigger_mode="always_last", **PAGE_WIRING, **LIGHT)

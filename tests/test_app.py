@@ -103,6 +103,10 @@ def test_plan_returns_a_tree_of_the_requested_size(client):
     assert plan["size"] == 12 and len(plan["parents"]) == 12 and plan["depth"] <= 5
     assert plan["parents"][0] == -1
     assert plan["expected_tokens"] >= 1
+    # the acceptance chart shows what the next run is planned from before it starts (it stayed blank)
+    acc = json.loads(out[3]["plot"])
+    assert "what the next run is planned from" in acc["layout"]["title"]["text"]
+    assert [t["name"] for t in acc["data"]] == ["planned (measured vector)"] and acc["data"][0]["y"][0] > 0
     chain = client.predict("chain", 12, 5, False, 0, 1, api_name="/plan")[-1]
     assert chain["size"] == 5
 

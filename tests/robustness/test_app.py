@@ -380,12 +380,12 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading(monkeypatch):
         page = Client(url, verbose=False)
         plan_args = ("ar", 8, 4, False, 0, 1)
         first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")   # no pair, no load
-        assert first[2] == NO_PAIR and "No pair loaded" in first[5]
+        assert first[2] == NO_PAIR and "No pair loaded" in first[6]
         release = threading.Event()
         ctx.worker.submit("a job ahead", lambda job_ctx: release.wait(60))
         load = ctx.worker.load(str(draft), str(target), "cpu", "float32")   # waits behind it
         first = page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")   # the page opens: no pair yet
-        assert "still loading" in first[2] and "Loading the model pair" in first[5]
+        assert "still loading" in first[2] and "Loading the model pair" in first[6]
         # and before that reply the page's status line does not say Ready either
         config = httpx.get(f"{url.rstrip('/')}/config").json()
         shown = [c["props"].get("value") for c in config["components"]
@@ -395,7 +395,7 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading(monkeypatch):
         page.predict(*plan_args, 0, "Tell me a story", 64, api_name="/plan_on_prompt")
         release.set()
         load.wait(120)
-        header, plan_line, _tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
+        header, plan_line, _tree, status, _acc, plan, info, memory = page.predict(*plan_args, api_name="/status")
         assert "Plan:" in plan_line and "autoregressive" in plan_line, plan_line
         assert plan["size"] == 1 and isinstance(status, str) and status.startswith("Ready."), status
         assert str(target) in info and "model weights" in memory  # the Models tab follows too
@@ -409,7 +409,7 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading(monkeypatch):
         monkeypatch.setattr(models, "_load_model", stopped_as_the_target_loads)
         ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
         assert ctx.worker.pair is None
-        header, plan_line, tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
+        header, plan_line, tree, status, _acc, plan, info, memory = page.predict(*plan_args, api_name="/status")
         assert "No plan yet." in plan_line and plan == {} and status == NO_PAIR and "No pair loaded." in info
         assert "The tree appears after the first plan" in json.dumps(tree), tree   # the old plan's tree is gone
         assert page.predict(*plan_args, *PAGE_DEFAULTS, api_name="/first_plan")[2] == NO_PAIR   # a page opened now
@@ -424,11 +424,11 @@ def test_the_plan_line_is_filled_in_when_the_pair_finishes_loading(monkeypatch):
         waiting_load.stop()
         release.set()
         assert waiting_load.wait(60) is None and ctx.worker.pair is None
-        _header, plan_line, _tree, status, _plan, info, _memory = other.predict(*plan_args, api_name="/status")
+        _header, plan_line, _tree, status, _acc, _plan, info, _memory = other.predict(*plan_args, api_name="/status")
         assert status == NO_PAIR and "No pair loaded." in info, (status, info)
         monkeypatch.undo()
         ctx.worker.load(str(draft), str(target), "cpu", "float32").wait(120)
-        header, plan_line, _tree, status, plan, info, memory = page.predict(*plan_args, api_name="/status")
+        header, plan_line, _tree, status, _acc, plan, info, memory = page.predict(*plan_args, api_name="/status")
         assert "Plan:" in plan_line and plan["size"] == 1 and status.startswith("Ready."), (plan_line, status)
     finally:
         demo.close()
