@@ -1,5 +1,6 @@
-"""`python app.py`: serve Sequoia Live on http://127.0.0.1:7860 (the embedded default pair unless
---draft/--target say otherwise). Binds only to --host; no public share link unless --share."""
+"""`python app.py`: serve Sequoia Live on http://127.0.0.1:7860 (or --port, or $GRADIO_SERVER_PORT;
+the embedded default pair unless --draft/--target say otherwise). Binds only to --host; no public
+share link unless --share."""
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,21 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "acceptance vector for (engine/refine.py) nor the device again when its cached "
                         "profile is noisy (engine/reprofile.py)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    # Gradio's own variable, where set (it was ignored: --port always passed 7860)
-    env_port = os.environ.get("GRADIO_SERVER_PORT", "").strip()
-    p.add_argument("--port", type=int, default=int(env_port) if env_port.isdigit() else 7860,
+    p.add_argument("--port", type=int, default=None,
                    help="port to serve on (default: $GRADIO_SERVER_PORT, as Gradio reads it, else 7860)")
     p.add_argument("--share", action="store_true", help="also open a public gradio.live link (off by default)")
     args = p.parse_args(argv)
-    if env_port and not env_port.isdigit() and not any(a.startswith("--port") for a in (argv if argv is not None else sys.argv[1:])):
-        p.error(f"GRADIO_SERVER_PORT must be a port number (got {env_port!r})")
+    given = "--port"
+    if args.port is None:   # Gradio's own variable, where set (it was ignored: --port always passed 7860)
+        env_port = os.environ.get("GRADIO_SERVER_PORT", "").strip()
+        given, args.port = "GRADIO_SERVER_PORT", 7860
+        if env_port:
+            try:
+                args.port = int(env_port)
+            except ValueError:
+                p.error(f"GRADIO_SERVER_PORT must be a port number (got {env_port!r})")
     if not 0 < args.port < 65536:
-        p.error(f"--port must be between 1 and 65535 (got {args.port})")
+        p.error(f"{given} must be between 1 and 65535 (got {args.port})")
     return args
 
 

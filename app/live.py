@@ -154,35 +154,38 @@ class Run:
     def steps(self) -> list[StepEvent]:
         return [e for e in self.events if e.nodes]
 
+    def _planned_trees(self) -> list[tuple]:
+        """The plan's tree, then each step's as planned (before a cut at the context limit, which
+        is no change of plan)."""
+        tree = getattr(self.plan, "tree", None)
+        start = [tuple(tree.parents)] if tree is not None else []
+        return start + [tuple(e.planned_parents or e.tree_parents) for e in self.steps]
+
     def replanned_words(self) -> str:
-        """How often the tree changed during the run, and the last one ("" if never): the Done line
-        named only the plan the run started from (n=8 d=4 after learning had moved it to 6 nodes,
-        or a budget slider to 4). Counted over the steps' own trees; the learner's count
-        (planning.Replanner.tree_changes) says how many were learning's (a slider re-plan sent to
-        the run and a tree cut at the context limit are the others)."""
-        learned = int((self.learning or {}).get("tree_changes") or 0)
-        trees = [tuple(e.tree_parents) for e in self.steps]
+        """How often the tree changed during the run, by what, and the last one ("" if never): the
+        Done line named only the plan the run started from (n=8 d=4 after learning had moved it to
+        6 nodes, or a budget slider to 4). Counted over the steps' planned trees; the causes from
+        the learner's counts (planning.Replanner: learning's re-plans, plans the page sent)."""
+        trees = self._planned_trees()
         changes = sum(a != b for a, b in zip(trees, trees[1:]))
-        if changes > learned:
-            last = Tree.from_parents(list(trees[-1]))
-            by_learning = f", {learned} by learning" if learned else ""
-            return (f" (its tree changed {plural(changes, 'time')} during the run{by_learning}; "
-                    f"the last one n={last.size} d={last.depth})")
-        parents = (self.learning or {}).get("tree_parents")
-        if not learned or not parents:
+        if not changes:
             return ""
-        last = Tree.from_parents(parents)
-        return (f" (learning changed its tree {plural(learned, 'time')}; "
-                f"the last one n={last.size} d={last.depth})")
+        learning = self.learning or {}
+        causes = [cause for cause, count in (("learning", learning.get("tree_changes")),
+                                             ("the page's controls", learning.get("user_changes"))) if count]
+        last = Tree.from_parents(list(trees[-1]))
+        return (f" (its tree changed {plural(changes, 'time')} during the run"
+                f"{', by ' + ' and '.join(causes) if causes else ''}; the last one n={last.size} d={last.depth})")
 
     @property
     def label_now(self) -> str:
-        """The run's label, and the tree its last step used where that is another than the plan's
-        (learning or a slider re-plan moved it: the status line said n=8 while the tree drawn had 4)."""
-        steps = self.steps
-        if self.plan is None or not steps or tuple(steps[-1].tree_parents) == tuple(self.plan.tree.parents):
+        """The run's label, and the tree its last step was planned with where that is another than
+        the plan's (learning or a slider re-plan moved it: the status line said n=8 while the tree
+        drawn had 4)."""
+        trees = self._planned_trees()
+        if self.plan is None or len(trees) < 2 or trees[-1] == trees[0]:
             return self.label
-        now = Tree.from_parents(list(steps[-1].tree_parents))
+        now = Tree.from_parents(list(trees[-1]))
         return f"{self.label}, now n={now.size} d={now.depth}"
 
     def settings_words(self) -> str:
@@ -386,6 +389,10 @@ def build(ctx: AppContext, header: dict) -> dict:
                 return
             result = job.result
         except (UserError, TreeError) as exc:
+            if ctx.worker.pair is None:   # the values are fine: the pair is not there (yet)
+                yield {status: no_pair_text(ctx.worker, "Press **Generate** any time: the run starts as soon "
+                                                        "as the pair is ready.")}
+                return
             yield no_plan(sess, str(exc))
             raise page_error(str(exc)) from None
         if sess.plans.superseded(ticket):
@@ -423,8 +430,10 @@ def build(ctx: AppContext, header: dict) -> dict:
         line and status say so; the last plan stayed up, "used by the next run", beside the error,
         while Generate was refused with it."""
         out = {plan_md: render.no_plan_line(message, sess.running), plan_json: {}}
-        if not sess.running:   # else the running job keeps its own tree and its status line
-            out[status] = f"✗ {message}. Change that value to get a plan (Generate refuses it too)."
+        if sess.running:   # the running job keeps its tree and status line; its end plans again
+            sess.plan_when_run_ends()   # (its Done line put the last plan back, which these values lack)
+        else:
+            out[status] = f"✗ {message}. No plan until then (Generate refuses these values too)."
             out[tree] = plots.empty_figure("No plan for these values", 440)
             out[acc] = plots.empty_figure("No plan for these values", 260)
         return out

@@ -26,7 +26,8 @@ from engine.planning import NeedsMeasurement, table_for
 from engine.tree import TreeError
 
 EXPORT_DIR = Path(tempfile.mkdtemp(prefix="sequoia-live-export-"))
-_EXPORT_CHOICE: OrderedDict[str, dict] = OrderedDict()  # session -> {"format", "stem"} of its download
+# session -> {"format", "stem", "cannot": {format: why}} of its download
+_EXPORT_CHOICE: OrderedDict[str, dict] = OrderedDict()
 
 
 def write_exports(tree, stem: str, meta: dict, draft: str | None = None,

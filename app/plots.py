@@ -20,7 +20,8 @@ STATUS_COLORS = {
     "root": "#64748b",       # slate: the last committed token
     "accepted": "#16a34a",   # green: drafted and accepted by the target
     "rejected": "#dc2626",   # red: drafted, checked, refused
-    "unreached": "#94a3b8",  # grey: drafted, never checked (below a rejected node, or after an accepted sibling)
+    "unreached": "#94a3b8",  # grey: drafted, never checked (below a rejected node, after an accepted sibling
+                             # or past an accepted end of text)
     "bonus": "#d97706",      # amber: the target's own token after the accepted path
 }
 STATUS_LABELS = {

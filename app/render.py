@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 from app.plots import PLANNED, STATUS_COLORS
-from engine import profiler, prompt_memory
+from engine import prompt_memory
 from engine.learning import PRIOR_WEIGHT
-from engine.wording import plural
+from engine.wording import hides_words, plural
 
 STEP_CLASSES = 2  # alternating step shades
 
@@ -217,8 +217,7 @@ def measured_words(vec, caption: str, hidden=None) -> str:
     what = (f"✓ Measured just now: {plural(vec.positions, 'position')} over {plural(vec.prompts, 'prompt')}, "
             f"{'its ' + vec.domain + ' prompts' if vec.domain else 'pooled over every kind of prompt'} "
             f"(`{short_path(vec.source)}`)")
-    warn = ("" if hidden is None else
-            f"⚠ {profiler.hides_words(vec, hidden, f'`{short_path(vec.source)}`').capitalize()}. ")
+    warn = "" if hidden is None else f"⚠ {hides_words(vec, hidden, f'`{short_path(vec.source)}`')}. "
     if short_path(vec.source) in caption:
         return what + ", shown below. " + warn
     return (what + ". The chart shows the vector this prompt's plan uses: code and prose prompts are planned "

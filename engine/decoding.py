@@ -74,6 +74,7 @@ class StepEvent:
     done: bool = False
     finish_reason: str | None = None  # eos | max_new_tokens | context | stopped
     answer: str | None = None         # last event only: the text without the EOS token that ended it
+    planned_parents: list[int] | None = None   # the plan's tree where the context limit cut it (else None)
 
     @property
     def tokens_per_step(self) -> float:
@@ -154,7 +155,8 @@ class Decoder:
             if reason:
                 yield self._final_event(totals, generated, text, prefill, reason)
                 return
-            tree = self._fitted(self.plan(), len(seq))
+            planned = self.plan()
+            tree = self._fitted(planned, len(seq))
             event_parts = self.step(seq, tree)
             new_ids, finish = event_parts.pop("new_ids"), event_parts.pop("finish")
             room = s.max_new_tokens - len(generated)
@@ -174,7 +176,8 @@ class Decoder:
                             new_token_ids=new_ids, new_text=new_text, total_tokens=len(generated),
                             total_steps=totals["steps"], total_seconds=totals["seconds"],
                             prefill_seconds=prefill, text=text, token_ids=list(generated),
-                            done=finish is not None, finish_reason=finish, answer=answer, **event_parts)
+                            done=finish is not None, finish_reason=finish, answer=answer,
+                            planned_parents=None if tree is planned else list(planned.parents), **event_parts)
             if finish:
                 return
 

@@ -190,9 +190,16 @@ def _resolve_source(name: str) -> str:
         raise UserError("model name is empty: give a Hugging Face id, a local folder, or 'default'")
     # a path (no hub id starts so) that is not there: said before anything loads or converts (the
     # embedded target was prepared first, then the message spoke of the hub being offline)
-    if name.startswith(("/", "./", "../", "~", "\\")) and not Path(name).expanduser().exists():
+    if name.startswith(("/", "./", "../", "~", "\\")) and not _exists(name):
         raise UserError(f"no such folder: '{name}' (a local model is a folder with config.json and weights)")
     return name
+
+
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).expanduser().exists()
+    except RuntimeError:   # "~someone/x" with no user someone
+        return False
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:

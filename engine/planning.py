@@ -479,6 +479,7 @@ class Replanner:
         self.learner = learner_for(pair, result, settings, opening, prompt_ids, memory) if learn else None
         self.replans = 0        # learning's DP re-runs
         self.tree_changes = 0   # those that gave another tree
+        self.user_changes = 0   # plans sent by the user (a slider moved mid-run) that gave another tree
 
     def observe(self, event) -> None:
         if self.learner is not None:
@@ -493,6 +494,7 @@ class Replanner:
                 got = None
             tree = getattr(got, "tree", got)
             if tree is not None and tree.size >= 1:
+                self.user_changes += tuple(tree.parents) != tuple(self.tree.parents)
                 self.tree, self.spec = tree, getattr(got, "spec", self.spec)
                 self.forced = True
         learner = self.learner
@@ -517,6 +519,7 @@ class Replanner:
         """What the Live chart shows (learning on): prior, observed, posterior, the current tree."""
         out = self.learner.state() if self.learner is not None else {}
         out.update(tree_parents=list(self.tree.parents), replans=self.replans, tree_changes=self.tree_changes,
+                   user_changes=self.user_changes,
                    expected_tokens=(self.tree.expected_tokens(out["posterior"]) if out else None))
         return out
 

@@ -190,13 +190,6 @@ def shipped_hidden_by(pair: ModelPair, vec: AcceptanceVector) -> AcceptanceVecto
     return shipped if shipped.positions > vec.positions else None
 
 
-def hides_words(vec: AcceptanceVector, shipped: AcceptanceVector, path: str | None = None) -> str:
-    """What shipped_hidden_by found, in words (the CLI's measure and the Planner's Measure)."""
-    return (f"this {vec.positions}-position vector now stands in for the shipped one of {shipped.positions} "
-            f"positions at these settings (the user cache is read first); delete {path or vec.source} to plan "
-            "from the shipped one again")
-
-
 def measured_vectors(pair: ModelPair, domain: str | None = "") -> list[AcceptanceVector]:
     """Every cached acceptance vector of this pair (user cache and shipped files), any settings, of
     one prompt domain ("" = pooled over every prompt; None = any domain)."""

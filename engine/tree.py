@@ -232,11 +232,13 @@ class Tree:
             raise TreeError('tree JSON must be {"parents": [-1, 0, ...]} or a list of parents')
         if not all(isinstance(x, int) and not isinstance(x, bool) for x in parents):
             raise TreeError("tree parents must be integers")
-        roots = sum(1 for x in parents if x == -1)
-        if parents and roots != 1:   # [1, 2] read "found 0" and left the shape to guess
-            raise TreeError(f"a tree needs exactly one root (parent -1); found {roots}: a tree JSON lists "
-                            'each node\'s parent, the root\'s -1 first, e.g. {"parents": [-1, 0, 0, 1]}')
-        return cls.from_parents(parents)
+        try:
+            return cls.from_parents(parents)
+        except TreeError as exc:   # [1, 2] read "found 0" and left the shape to guess
+            if "exactly one root" not in str(exc):
+                raise
+            raise TreeError(f'{exc}: a tree JSON lists each node\'s parent, the root\'s -1 first, e.g. '
+                            '{"parents": [-1, 0, 0, 1]}') from None
 
     @classmethod
     def from_growmap(cls, data: bytes | str) -> "Tree":

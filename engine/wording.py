@@ -6,3 +6,11 @@ from __future__ import annotations
 def plural(count: int, noun: str) -> str:
     """"1 token", "2 tokens", "0 tokens" (regular English plurals only)."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def hides_words(vec, shipped, path: str | None = None) -> str:
+    """A user-cache vector hiding a larger shipped one (profiler.shipped_hidden_by), in words: the
+    CLI's measure and the Planner's Measure say it alike."""
+    return (f"This {vec.positions}-position vector now stands in for the shipped one of {shipped.positions} "
+            f"positions at these settings (the user cache is read first); delete {path or vec.source} to plan "
+            "from the shipped one again")

@@ -695,38 +695,44 @@ def test_a_message_for_the_user_prints_no_traceback_to_the_server_log(client, ca
     assert "Traceback" not in err and "gradio.exceptions.Error" not in err, err[-2000:]
 
 
-def test_the_done_line_says_when_learning_changed_the_tree():
-    """A learning run that moved from n=8 to a 6-node tree ended with "… with Sequoia n=8 d=4." only."""
-    from app.live import Run
-    from engine.settings import Settings
-    run = Run(Settings())
-    assert run.replanned_words() == ""   # learning off
-    run.learning = {"replans": 9, "tree_changes": 0, "tree_parents": [-1, 0, 1, 2]}
-    assert run.replanned_words() == ""   # re-planned, the tree kept (a tree cut at the context limit is no change either)
-    run.learning = {"replans": 9, "tree_changes": 1, "tree_parents": [-1, 0, 0, 1, 2, 3]}
-    assert run.replanned_words() == " (learning changed its tree 1 time; the last one n=6 d=4)"
-
-
-def test_the_status_and_done_line_say_when_a_slider_changed_the_running_tree():
-    """A budget moved from 8 to 4 during a run: the tree drawn had 4 nodes while the status line
-    and the Done line named only the plan it started from ("Sequoia n=8 d=4: step 13")."""
+def test_the_status_and_done_line_say_when_and_why_the_running_tree_changed():
+    """The Done line named only the plan the run started from ("… with Sequoia n=8 d=4." after
+    learning had moved it to 6 nodes), and a budget moved from 8 to 4 mid-run was drawn with 4
+    nodes while the status line still said "Sequoia n=8 d=4: step 13". A cut at the context limit
+    is no change of plan; a change before the first step counts."""
     from types import SimpleNamespace
     from app.live import Run, _run_status
     from engine.settings import Settings
     from engine.tree import Tree
     eight, four = Tree.from_parents([-1, 0, 0, 1, 1, 2, 3, 4]), Tree.from_parents([-1, 0, 1, 2])
-    run = Run(Settings())
-    run.plan = SimpleNamespace(tree=eight, method=SimpleNamespace(label="Sequoia n=8 d=4"))
 
-    def step(i, tree, done=False):
+    def step(i, tree, done=False, planned=None):
         return SimpleNamespace(nodes=[1], tree_parents=list(tree.parents), step=i, total_tokens=2 * i, done=done,
                                total_steps=i, tokens_per_step=2.0, tokens_per_second=3.0,
-                               finish_reason="max_new_tokens")
+                               finish_reason="max_new_tokens", planned_parents=planned)
+
+    def fresh():
+        run = Run(Settings())
+        run.plan = SimpleNamespace(tree=eight, method=SimpleNamespace(label="Sequoia n=8 d=4"))
+        return run
+    run = fresh()
+    assert run.replanned_words() == ""   # no step yet
     run.events = [step(1, eight), step(2, eight)]
-    assert _run_status(run.events[-1], run).startswith("● Sequoia n=8 d=4: step 2")
+    assert _run_status(run.events[-1], run).startswith("● Sequoia n=8 d=4: step 2") and run.replanned_words() == ""
     run.events += [step(3, four)]
     assert _run_status(run.events[-1], run).startswith("● Sequoia n=8 d=4, now n=4 d=4: step 3")
     run.events += [step(4, four, done=True)]
     assert " (its tree changed 1 time during the run; the last one n=4 d=4)" in _run_status(run.events[-1], run)
-    run.learning = {"tree_changes": 1, "tree_parents": list(four.parents)}   # learning's own change
-    assert " (learning changed its tree 1 time; the last one n=4 d=4)" in _run_status(run.events[-1], run)
+    run.learning = {"tree_changes": 0, "user_changes": 1}
+    assert run.replanned_words() == " (its tree changed 1 time during the run, by the page's controls; the last one n=4 d=4)"
+    run.learning = {"tree_changes": 2, "user_changes": 0}
+    assert run.replanned_words().startswith(" (its tree changed 1 time during the run, by learning;")
+    # a change before the first step: the plan's tree is the first one compared
+    run = fresh()
+    run.events = [step(1, four), step(2, four)]
+    assert run.replanned_words().startswith(" (its tree changed 1 time") and "now n=4" in run.label_now
+    # cut at the context limit: the steps' planned tree is the plan's, so no change is said
+    run = fresh()
+    cut = Tree.from_parents([-1, 0, 0])
+    run.events = [step(1, eight), step(2, cut, planned=list(eight.parents)), step(3, cut, planned=list(eight.parents))]
+    assert run.replanned_words() == "" and run.label_now == "Sequoia n=8 d=4"

@@ -411,3 +411,14 @@ def test_generate_logs_how_far_it_read_a_long_prompt(dirs, capsys, monkeypatch, 
     read = [r.getMessage() for r in caplog.records if "reading the prompt into the" in r.getMessage()]
     assert read and read[0].startswith("reading the prompt into the target: 8 of "), read
     assert read[-1].startswith("reading the prompt into the draft: "), read
+
+
+def test_plan_auto_takes_depth_1_as_a_bound_like_generate_auto():
+    """plan/export --auto --depth 1 was refused ("needs --depth of at least 2") where generate --auto
+    and the page plan the root alone."""
+    from types import SimpleNamespace
+    from engine.commands.plan import MAX_BUDGET_DEFAULT, check_pair_shape
+    from engine.errors import UserError
+    check_pair_shape(SimpleNamespace(auto=True, max_budget=MAX_BUDGET_DEFAULT, budget=None, depth=1))
+    with pytest.raises(UserError, match="at least 2"):
+        check_pair_shape(SimpleNamespace(auto=False, max_budget=MAX_BUDGET_DEFAULT, budget=8, depth=1))

@@ -59,7 +59,7 @@ def test_a_path_that_is_not_there_is_refused_before_anything_loads(monkeypatch):
     being offline; a hub id (org/name) still goes to the hub's own checks."""
     from engine import models
     monkeypatch.setattr(models, "resolve_device", lambda d: pytest.fail("went on to load"))
-    for path in ("/no/such/model", "./nowhere", "~/nowhere-at-all"):
+    for path in ("/no/such/model", "./nowhere", "~/nowhere-at-all", "~no-such-user-here/x"):
         with pytest.raises(UserError, match=f"no such folder: '{re.escape(path)}'"):
             models.load_pair(path, "default")
     assert models._resolve_source("org/name") == "org/name"

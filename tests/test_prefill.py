@@ -93,3 +93,31 @@ def test_a_plan_that_starts_with_one_node_and_grows_catches_the_draft_up_in_chun
     assert events[-1].token_ids == reference
     assert any(len(e.tree_parents) > 1 for e in events)   # it did grow
     assert max(lengths) == CHUNK, lengths
+
+
+def test_a_step_cut_at_the_context_limit_says_what_was_planned(monkeypatch):
+    """Near the context limit the Decoder cuts the plan's tree (Decoder._fitted); the step says what
+    was planned, so the page does not take the cut for a change of plan ("its tree changed 4 times")."""
+    pair = tiny_pair("llama")
+    ids = encode_prompt(pair, "hello world", False)
+    monkeypatch.setattr(pair, "context_limit", len(ids) + 6)   # the pair is shared: restored after
+    tree = Tree.from_parents([-1, 0, 1, 2, 3])   # a chain of 5 levels
+    steps = [e for e in Decoder(pair, methods.sequoia(tree), Settings(max_new_tokens=20, ignore_eos=True)).run(ids)
+             if e.nodes]
+    cut = [e for e in steps if len(e.tree_parents) < tree.size]
+    assert cut and all(e.planned_parents == list(tree.parents) for e in cut)
+    assert all(e.planned_parents is None for e in steps if e.tree_parents == list(tree.parents))
+
+
+def test_a_plan_sent_to_a_running_job_is_counted_as_the_users_change():
+    """With learning on, a budget moved mid-run was credited to learning ("learning changed its
+    tree 1 time"): the Replanner counts the page's changes apart."""
+    from types import SimpleNamespace
+    from engine import planning
+    pair = tiny_pair("llama")
+    eight, four = Tree.from_parents([-1, 0, 0, 1, 1, 2, 3, 4]), Tree.from_parents([-1, 0, 1, 2])
+    result = planning.PlanResult(planning.MethodSpec("sequoia", 8, 4), methods.sequoia(eight), None, None, "", True)
+    sent = [SimpleNamespace(tree=four, spec=planning.MethodSpec("sequoia", 4, 4))]
+    replan = planning.Replanner(pair, result, Settings(), user=lambda: sent.pop() if sent else None, learn=False)
+    assert replan() == four and replan() == four
+    assert (replan.user_changes, replan.tree_changes) == (1, 0)

@@ -40,7 +40,10 @@ def test_a_short_measurement_that_hides_a_shipped_vector_is_found(tmp_path, monk
     assert profiler.cached_acceptance(pair, 0.0, width=4).positions == vec.positions   # the user's wins
     hidden = profiler.shipped_hidden_by(pair, vec)
     assert hidden is not None and hidden.positions == 3067 and hidden.source == str(shipped_path)
-    assert "shipped one of 3067 positions" in profiler.hides_words(vec, hidden)
+    from engine.wording import hides_words
+    assert hides_words(vec, hidden, "/Data/Cache/x.json").startswith("This ")   # the path as it is, not lowered
+    assert "shipped one of 3067 positions" in hides_words(vec, hidden) and "/Data/Cache/x.json" in hides_words(
+        vec, hidden, "/Data/Cache/x.json")
     assert profiler.shipped_hidden_by(pair, hidden) is None   # the shipped one itself hides nothing
     shipped_path.write_text(json.dumps({**vec.to_dict(), "positions": 10}))
     assert profiler.shipped_hidden_by(pair, vec) is None      # a smaller shipped one is no loss

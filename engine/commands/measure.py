@@ -8,11 +8,11 @@ import sys
 from engine.commands.common import (add_pair_args, check_flag, pair_from_args, print_json, read_prompt_set,
                                     read_prompts)
 from engine.errors import UserError
-from engine.profiler import hides_words, measure_acceptance, save_acceptance, shipped_hidden_by
+from engine.profiler import measure_acceptance, save_acceptance, shipped_hidden_by
 from engine.domains import differ, pooled_vector
 from engine.replay import DRAWS, replay_acceptance
 from engine.settings import MAX_NEW_TOKENS, Settings
-from engine.wording import plural
+from engine.wording import hides_words, plural
 
 
 def register(sub) -> None:

@@ -161,8 +161,8 @@ def check_pair_shape(args) -> None:
             raise UserError("--max-budget bounds the search of --auto: give --auto, or leave it out")
     if args.depth is not None:
         check_flag(args.depth, "--depth", 1, MAX_DEPTH, " levels, the root included")
-    budget = args.max_budget if args.auto else args.budget
-    if budget > 1 and args.depth is not None and args.depth < 2:
+    # with --auto the depth is a bound: depth 1 plans the root alone (as the page and generate --auto)
+    if not args.auto and args.budget > 1 and args.depth is not None and args.depth < 2:
         raise UserError("a tree with more than one node needs --depth of at least 2 (the root is level 1)")
 
 

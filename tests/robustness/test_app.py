@@ -602,7 +602,11 @@ def test_the_port_follows_gradios_variable_unless_given(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main.parse_args([])
     assert "GRADIO_SERVER_PORT must be a port number (got 'seventy')" in capsys.readouterr().err
-    assert main.parse_args(["--port=7000"]).port == 7000
+    assert main.parse_args(["--port=7000"]).port == 7000 and main.parse_args(["--po", "7001"]).port == 7001
+    monkeypatch.setenv("GRADIO_SERVER_PORT", "70000")
+    with pytest.raises(SystemExit):
+        main.parse_args([])
+    assert "GRADIO_SERVER_PORT must be between 1 and 65535 (got 70000)" in capsys.readouterr().err
 
 
 def test_the_app_binds_to_this_machine_and_never_shares_by_default(monkeypatch):
