@@ -385,7 +385,7 @@ def build(ctx: AppContext, header: dict) -> dict:
                 yield {status: f"✗ {message}"}
                 raise page_error(message) from None
             if job.result is None:
-                yield {status: "Measurement stopped; plan unchanged."}
+                yield {status: "Measurement stopped: no new plan (the plan line shows the last one)."}
                 return
             result = job.result
         except (UserError, TreeError) as exc:

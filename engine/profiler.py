@@ -179,14 +179,14 @@ def shipped_hidden_by(pair: ModelPair, vec: AcceptanceVector) -> AcceptanceVecto
     short measurement (the app's Measure, a default `measure`: ~190 positions) hides a shipped one
     of thousands; the caller says so, with how to go back (delete the user's file)."""
     key = acceptance_key(pair, vec.sampler, vec.temperature, vec.top_p, vec.width, vec.top_k, vec.domain)
-    path = SHIPPED / "acceptance" / f"{key}.json"
-    if not path.exists() or Path(vec.source or "").resolve() == path.resolve():
-        return None
     try:
-        shipped = AcceptanceVector(**json.loads(path.read_text()))
+        found = _read_cached("acceptance", key, folders=(SHIPPED / "acceptance",))
+        if found is None or Path(vec.source or "").resolve() == found[0].resolve():
+            return None
+        shipped = AcceptanceVector(**found[1])
     except (OSError, ValueError, TypeError):
         return None
-    shipped.source = str(path)
+    shipped.source = str(found[0])
     return shipped if shipped.positions > vec.positions else None
 
 
@@ -221,9 +221,9 @@ def nearest_vector(pair: ModelPair, temperature: float, top_p: float, sampler: s
                                      abs(v.temperature - temperature) + abs(v.top_p - top_p), v.temperature))
 
 
-def _read_cached(kind: str, key: str) -> tuple[Path, dict] | None:
-    """The user cache first, then files shipped in assets/measured/."""
-    for folder in (cache_dir() / kind, SHIPPED / kind):
+def _read_cached(kind: str, key: str, folders=None) -> tuple[Path, dict] | None:
+    """The user cache first, then files shipped in assets/measured/ (or only `folders`)."""
+    for folder in folders or (cache_dir() / kind, SHIPPED / kind):
         path = folder / f"{key}.json"
         if path.exists():
             return path, json.loads(path.read_text())
