@@ -132,10 +132,10 @@ def _expected(parents: tuple, acceptance: tuple) -> float:
 class Run:
     """Everything the page shows about one Live run, rebuilt from its StepEvents."""
 
-    def __init__(self, settings):
+    def __init__(self, settings, plan=None):
         self.settings = settings
         self.events: list[StepEvent] = []
-        self.plan = None
+        self.plan = plan
         self.learning = None  # the last Note('learning') state: prior, observed, posterior per rank
 
     @property
@@ -420,9 +420,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         if not running:
             vec = result.planning_probabilities
             out[tree] = plots.plan_figure(result.tree, vec)
-            planned = Run(settings)
-            planned.plan = result
-            out[acc] = planned.planned_acc_fig()
+            out[acc] = Run(settings, result).planned_acc_fig()
         yield out
 
     def no_plan(sess, message: str) -> dict:
@@ -514,10 +512,8 @@ def build(ctx: AppContext, header: dict) -> dict:
             return _dropped(sess)
         sess.plan = result
         vec = result.planning_probabilities
-        planned = Run(settings)
-        planned.plan = result
         return {plan_md: render.plan_line(result), plan_json: result.summary(),
-                tree: plots.plan_figure(result.tree, vec), acc: planned.planned_acc_fig(), status: READY}
+                tree: plots.plan_figure(result.tree, vec), acc: Run(settings, result).planned_acc_fig(), status: READY}
 
     def _dropped(sess) -> dict:
         """The page's first plan says nothing once a run or a race has started; a race shows no plan

@@ -50,9 +50,14 @@ def write_exports(tree, stem: str, meta: dict, draft: str | None = None,
     return files, cannot
 
 
+def _no_choice() -> dict:
+    """A session's download before any tree: json, nothing written."""
+    return {"format": "json", "stem": None, "cannot": {}}
+
+
 def _export_choice(request) -> dict:
     key = getattr(request, "session_hash", None) or "default"
-    choice = _EXPORT_CHOICE.pop(key, None) or {"format": "json", "stem": None, "cannot": {}}
+    choice = _EXPORT_CHOICE.pop(key, None) or _no_choice()
     _EXPORT_CHOICE[key] = choice
     while len(_EXPORT_CHOICE) > 256:  # bounded: old sessions' choices are forgotten
         _EXPORT_CHOICE.popitem(last=False)
@@ -163,7 +168,7 @@ def build(ctx: AppContext, live: dict) -> dict:
             msg = no_pair_text(worker, "This tab draws its plan once the pair is ready.")
             empty = plots.empty_figure(msg, 260)
             return {info: msg, acc_chart: empty, acc_caption: "", heat: empty, prof_chart: empty, prof_caption: "",
-                    speed: empty, chosen: empty, export: _export_button({"format": "json", "stem": None, "cannot": {}}),
+                    speed: empty, chosen: empty, export: _export_button(_no_choice()),
                     planner_json: {}}
         T, top_p = settings.temperature, settings.top_p
         vec = worker.cached_acceptance(T, top_p, top_k=settings.top_k)
@@ -278,7 +283,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             waits_for = _missing_words(missing == "profile", missing != "profile", profiling)
             out[chosen] = plots.empty_figure(f"No tree until the plan has {waits_for}", 420)
             choice = _export_choice(request)
-            choice["stem"], choice["cannot"] = None, {}   # no tree: a format picked now must not fetch the last one's file
+            # no tree: a format picked now must not fetch the last one's file
+            choice["stem"], choice["cannot"] = None, {}
             out[export] = _export_button(choice)
             out[planner_json] = {}
         return out

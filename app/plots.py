@@ -133,10 +133,11 @@ def _sizes(n: int) -> int:
 
 
 # ---------------------------------------------------------------- tree of one step
-def _never_checked(node, by_index: dict) -> str:
+def _never_checked(node, by_index: dict, accepted_under: set) -> str:
     """Why verification never tried this node: the walk stops below a rejected node, takes the
     first accepted child and leaves its later siblings, and ends at an accepted end of text (every
-    unchecked node read "an ancestor was rejected", siblings of an accepted node included)."""
+    unchecked node read "an ancestor was rejected", siblings of an accepted node included).
+    `accepted_under`: the nodes with an accepted child."""
     child, up = node, by_index.get(node.parent)
     while up is not None and up.status == "unreached":
         child, up = up, by_index.get(up.parent)
@@ -145,16 +146,18 @@ def _never_checked(node, by_index: dict) -> str:
         return "never checked"
     if up.status == "rejected":
         return "never checked: its parent was rejected" if own else "never checked: an ancestor was rejected"
-    if any(n.parent == up.index and n.status == "accepted" for n in by_index.values()):
+    if up.index in accepted_under:
         return ("never checked: a sibling was accepted first" if own
                 else "never checked: a sibling of an ancestor was accepted first")
     return "never checked: the answer ended before it"   # an accepted end-of-text token
 
 
-def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict, by_index: dict) -> str:
+def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict, by_index: dict,
+                accepted_under: set) -> str:
     """A step tree node's hover; `texts`: each node's token text, to name its parent by (the chart
     shows tokens, not node numbers: "under node 5" named nothing on screen); `by_index`: the
-    step's nodes by index, to say why one was never checked."""
+    step's nodes by index and `accepted_under` the nodes with an accepted child, to say why one was
+    never checked."""
     tok = html.escape(repr(node.text))
     head = f"<b>{tok}</b>  id {node.token_id}"
     if node.status == "root":
@@ -173,7 +176,7 @@ def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict, b
     verdict = {
         "accepted": "✓ accepted",
         "rejected": "✗ rejected",
-        "unreached": _never_checked(node, by_index) if node.status == "unreached" else "",
+        "unreached": _never_checked(node, by_index, accepted_under) if node.status == "unreached" else "",
         "bonus": ("bonus: the target's own most likely token" if greedy
                   else "bonus: drawn from the target's (residual) distribution"),
     }[node.status]
@@ -233,6 +236,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     size = _sizes(len(nodes))
     texts = {n.index: n.text for n in nodes}
     by_index = {n.index: n for n in nodes if n.status != "bonus"}
+    accepted_under = {n.parent for n in nodes if n.status == "accepted"}   # once, not per unchecked node
     for status in ("unreached", "rejected", "accepted", "root", "bonus"):
         group = [n for n in nodes if n.status == status]
         labels = [show_token(n.text) if (not crowded or n.index in on_path or n.status == "bonus") else ""
@@ -250,8 +254,8 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
                         symbol="diamond" if status == "bonus" else "circle"),
             hoverinfo="text", cliponaxis=False, meta=status)
         if group:
-            trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler, texts, by_index)
-                                                    for n in group])
+            trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler, texts, by_index,
+                                                                accepted_under) for n in group])
         traces.append(trace)
     right = max(x for x, _ in pos)
     ys = [y for _, y in pos]

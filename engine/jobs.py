@@ -113,8 +113,9 @@ def _measuring(ctx) -> dict:
     measuring only what has no stand-in (with learning off a run at a setting the page had
     interpolated measured it first, 2 minutes here, then ran another tree than the page showed)."""
     w = ctx.worker
-    return {"measure": True, "interpolate_first": True, "progress": ctx.progress, "should_stop": ctx.should_stop, "prompts": w.measure_prompts,
-            "tokens_per_prompt": w.measure_tokens, "profile_budget": profile_budget(ctx.pair, w.profile_budget)}
+    return {"measure": True, "interpolate_first": True, "progress": ctx.progress, "should_stop": ctx.should_stop,
+            "prompts": w.measure_prompts, "tokens_per_prompt": w.measure_tokens,
+            "profile_budget": profile_budget(ctx.pair, w.profile_budget)}
 
 
 def plan_job(ctx, spec: MethodSpec, settings: Settings, learn: bool = False, prompt: str | None = None,

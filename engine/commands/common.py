@@ -53,7 +53,8 @@ def add_sampling_args(parser: argparse.ArgumentParser, max_new_tokens: int = 64)
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1 = off)")
     g.add_argument("--max-new-tokens", type=int, default=max_new_tokens,
                    help=f"tokens to generate at most (default {max_new_tokens})")
-    g.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0): at T > 0 a seed repeats its text with the same "
+    g.add_argument("--seed", type=int, default=0,
+                   help="seed of the sampling (default 0): at T > 0 a seed repeats its text with the same "
                         "tree; generate's learning (on by default) and --auto's device profile may plan "
                         "another tree from what earlier runs stored, so use --no-learn and --budget/--depth "
                         "to repeat a text")

@@ -83,17 +83,17 @@ def run(args) -> int:
         vectors.append(pooled_vector(vectors))
     for vec in vectors:
         vec.source = str(save_acceptance(pair, vec))
-    hidden = {id(vec): shipped_hidden_by(pair, vec) for vec in vectors}
+    hidden = [shipped_hidden_by(pair, vec) for vec in vectors]   # shipped vectors these now hide
     domains = [v for v in vectors if v.domain]
     apart = differ(*domains) if len(domains) == 2 else None
     if args.json:
         print_json({"vectors": [v.to_dict() for v in vectors], "domains_differ": apart} if len(vectors) > 1
                    else vectors[0].to_dict())
-        for vec in vectors:
-            if hidden[id(vec)] is not None:
-                print(f"note: {hides_words(vec, hidden[id(vec)])}", file=sys.stderr)
+        for vec, shipped in zip(vectors, hidden):
+            if shipped is not None:
+                print(f"note: {hides_words(vec, shipped)}", file=sys.stderr)
         return 0
-    for vec in vectors:
+    for vec, shipped in zip(vectors, hidden):
         print(f"{vec.domain or 'pooled'}: {plural(vec.positions, 'position')} over {plural(vec.prompts, 'prompt')} in "
               f"{vec.seconds:.1f} s "
               f"({vec.method}, {vec.sampler}, T={vec.temperature}, top-k={vec.top_k}, top-p={vec.top_p}); "
@@ -104,8 +104,8 @@ def run(args) -> int:
         for k, (p, ci) in enumerate(zip(vec.probabilities, vec.ci95), start=1):
             print(f"  rank {k:2d}: {p:.3f} ± {ci:.3f}")
         print(f"  none   : {vec.none:.3f}")
-        if hidden[id(vec)] is not None:
-            print(f"  note: {hides_words(vec, hidden[id(vec)])}")
+        if shipped is not None:
+            print(f"  note: {hides_words(vec, shipped)}")
     if apart is not None:
         print("code and prose " + ("differ beyond their 95 % intervals: planning uses the prompt's own vector"
                                    if apart else "agree within their 95 % intervals: planning uses the pooled one"))
