@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import profiler
+from engine.learning import one_answer
 from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, learner_for, profile_budget
 from engine.prompts import default_prompts
 from engine.settings import Settings
@@ -170,9 +171,10 @@ def _lane_progress(ctx, lane: str):
 
 def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, learn: bool = True):
     """Lanes keep their planned trees (a fair race); with `learn` the plans start from the learned
-    vector and every lane whose steps are evidence stores them (engine/learning.py); the first such
-    lane also adds its opening and rest to the prompt's memory (engine/prompt_memory.py: the lanes
-    answer one prompt once, and at T = 0 with the same text).
+    vector and the lanes whose steps are evidence store them (engine/learning.py: at T = 0 as one
+    answer, one run, since the lanes give the same text; sampled lanes as runs of their own); the
+    first such lane also adds its opening and rest to the prompt's memory (engine/prompt_memory.py:
+    the lanes answer one prompt once).
 
     The lanes' step costs are not recorded as observed costs (engine/observed.py): a browser
     drawing the race on the same cores lands on whichever lane steps while the page updates, so
@@ -211,18 +213,17 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
     yield Note("together", [lane for lane, _ in planned])
     for lane, event in run_together(lanes):
         yield LaneEvent(lane.name, event)
-    summaries, remembered = [], False
+    summaries, learners = [], []
     for (lane, result), run in zip(planned, lanes):
         events = run.events
         if not events:
             continue
         # one answer is one run of the prompt: only the first learning lane adds to its memory
-        learner = learner_for(pair, result, settings, prompt_ids=None if remembered else ids) if learn else None
-        remembered = remembered or learner is not None
+        learner = learner_for(pair, result, settings, prompt_ids=None if learners else ids) if learn else None
         if learner is not None:
             for event in events:
                 learner.observe(event)
-            learner.record()
+            learners.append(learner)
         last = events[-1]
         summaries.append({"lane": lane, "label": result.method.label, "tokens": last.total_tokens,
                           "steps": last.total_steps, "seconds": last.total_seconds,
@@ -230,7 +231,23 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
                           "tokens_per_second": last.tokens_per_second, "text": last.text,
                           "token_ids": last.token_ids, "finish_reason": last.finish_reason,
                           "expected_tokens": result.expected_tokens})
+    _store_lanes(learners, settings)
     return summaries
+
+
+def _store_lanes(learners, settings: Settings) -> None:
+    """A race's learning lanes store what they observed. At T = 0 they gave one greedy answer, so
+    they store it once (learning.one_answer: one run, not one per lane); sampled lanes are
+    answers of their own."""
+    if not settings.greedy:
+        for learner in learners:
+            learner.record()
+        return
+    by_key: dict = {}
+    for learner in learners:   # one key at one setting; grouped all the same, as record() keys them
+        by_key.setdefault(learner.key, []).append(learner)
+    for same in by_key.values():
+        same[0].record(one_answer([learner.to_store for learner in same]))
 
 
 def measure_job(ctx, temperature, top_p, sampler, prompts, force, top_k: int = 0):

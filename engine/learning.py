@@ -134,6 +134,20 @@ class Evidence:
                    float(obj.get("nodes", 0)), int(obj.get("runs", 0)))
 
 
+def one_answer(lanes: list[Evidence]) -> Evidence:
+    """The evidence of runs that gave one answer (a race's lanes at T = 0: the same greedy text,
+    so a rank tried at the same position is the same event in every lane that tried it, and
+    adding the lanes would count it once per lane): per rank, the counts of the lane that tried
+    it most; one run."""
+    out = Evidence(nodes=max((ev.nodes for ev in lanes), default=0.0), runs=1)
+    out._grow(max((len(ev.trials) for ev in lanes), default=0))
+    for k in range(len(out.trials)):
+        most = max(lanes, key=lambda ev: ev.trials[k] if k < len(ev.trials) else 0.0)
+        if k < len(most.trials):
+            out.trials[k], out.accepts[k] = most.trials[k], most.accepts[k]
+    return out
+
+
 def step_evidence(event) -> Evidence:
     """The censored outcomes of one StepEvent (empty for an event without a tree step)."""
     ev = Evidence()
@@ -376,10 +390,17 @@ class Learner:
                            "applied": self.past_opening, "draft_kernels": self.drift.draft_kernels}
                           if self.drift is not None else None)}
 
-    def record(self) -> Evidence | None:
-        """Store the run's evidence; with a drift only the opening's, since the stored evidence
-        pools into the next run's start (an opening rate), which a drift then carries to the rest.
-        With a `prompt_digest`, the opening and the rest are also kept for this prompt."""
+    @property
+    def to_store(self) -> Evidence:
+        """What record() adds to the store: with a drift only the opening's evidence, since the
+        stored evidence pools into the next run's start (an opening rate), which a drift then
+        carries to the rest; without one, the whole run's."""
+        return self.head if self.drift is not None else self.run
+
+    def record(self, evidence: Evidence | None = None) -> Evidence | None:
+        """Store `to_store` (or `evidence` given instead: a race's lanes at T = 0 store one
+        answer's, one_answer). With a `prompt_digest`, the opening and the rest are also kept for
+        this prompt."""
         if self.key is None:
             return None
         if self.prompt_digest is not None:
@@ -388,4 +409,4 @@ class Learner:
                                        1.0 - self.base[0] if self.base else None)
             except Exception:  # noqa: BLE001 - the prompt's memory must not cost the run its pooled store
                 log.exception("could not keep this prompt's evidence")
-        return record(self.key, self.head if self.drift is not None else self.run, self.meta, self.base)
+        return record(self.key, self.to_store if evidence is None else evidence, self.meta, self.base)

@@ -511,6 +511,49 @@ def test_a_race_remembers_its_prompt_once_and_a_live_run_then_starts_from_it(wor
     assert runs_remembered(prompt) == 2   # learning off keeps nothing
 
 
+def test_a_greedy_race_stores_its_answer_once_in_the_settings_store(worker):
+    """At T = 0 a race's lanes give one greedy answer: two identical chain lanes add to the
+    settings' learned store what one Live run of that chain adds, as one run (they were stored
+    once per lane, so a raced prompt weighed as many runs as the race had lanes)."""
+    import json
+    from engine import learning
+
+    def stored() -> tuple[list[float], int]:
+        files = list((learning.learned_path("x").parent).glob("*.json"))
+        total, runs = [], 0
+        for path in files:
+            ev = learning.Evidence.from_dict(json.loads(path.read_text()))
+            assert ev.nodes < learning.STORED_CAP / 2, "a capped store would scale what this test adds"
+            total = [a + b for a, b in zip(total + [0.0] * len(ev.trials), ev.trials + [0.0] * len(total))]
+            runs += ev.runs
+        return total, runs
+
+    def added(before, after) -> tuple[list[float], int]:
+        width = max(len(before[0]), len(after[0]))
+        pad = lambda xs: xs + [0.0] * (width - len(xs))   # noqa: E731
+        return [a - b for a, b in zip(pad(after[0]), pad(before[0]))], after[1] - before[1]
+
+    settings = Settings(max_new_tokens=16, ignore_eos=True)
+    prompt = "one answer, two lanes"
+    chain = MethodSpec("chain", depth=3)
+    before = stored()
+    list(worker.generate(prompt, chain, settings, chat=False, learn=True).stream(timeout=120))
+    one_run = added(before, stored())
+    assert one_run[1] == 1 and one_run[0][0] > 0
+    before = stored()
+    list(worker.race(prompt, [("a", chain), ("b", chain)], settings, chat=False, learn=True).stream(timeout=120))
+    assert added(before, stored()) == one_run
+
+
+def test_one_answer_keeps_per_rank_the_lane_that_tried_it_most():
+    from engine.learning import Evidence, one_answer
+    chain = Evidence([10.0], [7.0], 10.0, 1)
+    wide = Evidence([8.0, 3.0, 1.0], [6.0, 1.0, 0.0], 8.0, 1)
+    both = one_answer([chain, wide])
+    assert (both.trials, both.accepts, both.nodes, both.runs) == ([10.0, 3.0, 1.0], [7.0, 1.0, 0.0], 10.0, 1)
+    assert one_answer([]).nodes == 0
+
+
 def test_profiling_now_is_true_only_while_the_device_is_timed():
     """The Live and Planner tabs say "being profiled now" instead of sending the user to a button."""
     import threading
