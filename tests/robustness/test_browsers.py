@@ -6,6 +6,7 @@ greedy text, the same the CLI gives. Skipped only without /usr/bin/chromium (CI 
 from __future__ import annotations
 
 import threading
+import time
 
 import httpx
 import pytest
@@ -19,6 +20,14 @@ pytestmark = needs_chromium
 
 def waiting(url: str) -> int:
     return httpx.get(f"{url.rstrip('/')}/gradio_api/queue/status", timeout=10).json()["queue_size"]
+
+
+def traced(trace: list, in_queue: int, worker, jobs) -> int:
+    """`in_queue`, with the worker's job and the test's jobs noted in `trace` when they changed."""
+    seen = (in_queue, worker.status()["job"], [(j.name, j.state) for j in jobs])
+    if not trace or trace[-1][1:] != seen:
+        trace.append((round(time.monotonic(), 1), *seen))
+    return in_queue
 
 
 def words(text: str) -> str:
@@ -66,11 +75,12 @@ def test_two_browsers_and_a_script_at_once(served, reference, jobs):
                 pg.click("#sq-generate")
             assert hold.entered.wait(60)
             # Gradio runs model events one at a time: the other two wait in its queue
-            in_queue = wait_for(lambda: waiting(served["url"]) >= 2, 120)
+            trace = []   # what the wait saw, once a second: this test failed twice in ~40 full runs
+            in_queue = wait_for(lambda: traced(trace, waiting(served["url"]), worker, jobs) >= 2, 120)
             assert in_queue, ("Gradio's queue", waiting(served["url"]), "held in", hold.held_in, "worker",
                               worker.status()["job"], "jobs", [(j.name, j.state) for j in jobs],
                               "pages", [pg.locator("#sq-live-status").inner_text() for pg in pages],
-                              "script", thread.is_alive(), errors)
+                              "script", thread.is_alive(), errors, "trace", trace)
         finally:
             hold.remove()
         for pg in pages:
