@@ -14,6 +14,9 @@ Rules:
   MAX_WANTED are remembered (the least recently planned is dropped), the most recently planned is measured first
   (typing T = 0.5 and then top-p 0.9 passes through T = 0.5 / top-p 1, which a helper saw measured
   for minutes before the settings in use), and settings measured meanwhile by other means are skipped.
+  Settings left within PASSING_SECONDS of being planned, with nothing measured yet, are forgotten:
+  a value passed on the way to another (typing T = 0.35 plans T = 0.3 first) queued a whole
+  24-prompt measurement of its own.
 - A unit starts only after IDLE_SECONDS with no job and no quick plan (a slider move); it takes
   ~12 s on the embedded pair here. Any job submitted while a unit runs stops it at its next
   decoding step, forward or replayed position (the unit's prompt is measured again later): the
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
@@ -37,6 +41,7 @@ log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 10.0      # idle time before a background unit starts
 MAX_WANTED = 4           # settings remembered at most
+PASSING_SECONDS = 3.0    # settings left sooner than this after their plan were passed on the way
 TOKENS_PER_PROMPT = 96   # answer tokens replayed per prompt (24 prompts: ~2,300 positions)
 WIDTH = 16               # ranks measured, as the shipped vectors
 
@@ -50,6 +55,7 @@ class Wanted:
     top_k: int
     sampler: str
     done: dict = field(default_factory=dict)  # prompt index -> AcceptanceVector of that prompt
+    planned_at: float = field(default_factory=time.monotonic)   # when a plan last used these settings
 
     def label(self) -> str:
         return f"T={self.temperature:g}, top-p={self.top_p:g}" + (f", top-k={self.top_k}" if self.top_k else "")
@@ -77,12 +83,17 @@ class Refiner:
         """Remember these settings (a plan used an interpolated or nearest vector for them) as the
         most recently planned; True if new."""
         key = _key(pair, settings.temperature, settings.top_p, settings.top_k, sampler)
+        now = time.monotonic()
         with self._lock:
+            last = next(reversed(self._wanted.values()), None)
+            if last is not None and last.key != key and not last.done and now - last.planned_at < PASSING_SECONDS:
+                del self._wanted[last.key]   # passed on the way to these settings
             if key in self._wanted:
                 self._wanted.move_to_end(key)   # planned again: it goes first (its prompts done stay)
+                self._wanted[key].planned_at = now
                 return False
             self._wanted[key] = Wanted(key, float(settings.temperature), float(settings.top_p),
-                                       int(settings.top_k), sampler)
+                                       int(settings.top_k), sampler, planned_at=now)
             while len(self._wanted) > MAX_WANTED:
                 self._wanted.popitem(last=False)
         return True

@@ -118,6 +118,7 @@ def test_refiner_remembers_each_setting_once_and_at_most_a_few(worker):
     assert refiner.want(pair, Settings(temperature=0.6), "sequoia")
     assert not refiner.want(pair, Settings(temperature=0.6), "sequoia")
     for i in range(refine.MAX_WANTED + 2):
+        stayed(refiner)
         refiner.want(pair, Settings(temperature=0.61 + i / 100), "sequoia")
     kept = refiner.pending()
     assert len(kept) == refine.MAX_WANTED and kept[-1].temperature == pytest.approx(0.61 + (refine.MAX_WANTED + 1) / 100)
@@ -129,10 +130,32 @@ def test_the_most_recently_planned_settings_are_measured_first(worker):
     refiner, pair = refine.Refiner(), worker.pair
     passed, meant = Settings(temperature=0.55), Settings(temperature=0.55, top_p=0.9)
     refiner.want(pair, passed, "sequoia")
+    stayed(refiner)
     refiner.want(pair, meant, "sequoia")
     assert refiner._next(pair).top_p == 0.9
+    stayed(refiner)
     refiner.want(pair, passed, "sequoia")   # planned again: it goes first now, still remembered once
     assert refiner._next(pair).top_p == 1.0 and len(refiner.pending()) == 2
+
+
+def stayed(refiner) -> None:
+    """As if the most recently planned settings had stayed longer than a value passed on the way."""
+    refiner.pending()[-1].planned_at -= refine.PASSING_SECONDS + 1
+
+
+def test_a_value_passed_on_the_way_is_not_measured(worker):
+    """Typing T = 0.35 plans T = 0.3 first: it queued a 24-prompt measurement of its own. Settings
+    left within PASSING_SECONDS of their plan are forgotten; settings that stayed, or whose
+    measurement began, are kept."""
+    refiner, pair = refine.Refiner(), worker.pair
+    refiner.want(pair, Settings(temperature=0.3), "sequoia")
+    refiner.want(pair, Settings(temperature=0.35), "sequoia")
+    assert [w.temperature for w in refiner.pending()] == [0.35]
+    stayed(refiner)
+    refiner.want(pair, Settings(temperature=0.45), "sequoia")
+    refiner.pending()[-1].done[0] = "a prompt measured"   # its measurement began
+    refiner.want(pair, Settings(temperature=0.5), "sequoia")
+    assert [w.temperature for w in refiner.pending()] == [0.35, 0.45, 0.5]
 
 
 def test_replay_stops_inside_a_prompt(worker):
