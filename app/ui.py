@@ -189,10 +189,8 @@ def _refuse_bad_number(block, payload) -> None:
     message naming the field (Gradio's own check lets NaN through, fails on strings with a bare
     TypeError and names no field)."""
     name = block.label or "a number field"
-    if payload is None:   # an emptied box (a Number may be optional; a slider never is)
-        if isinstance(block, gr.Slider):
-            raise page_error(f"{name} is empty: type a value")
-        return
+    if payload is None:   # an emptied box: every number field of the page needs a value
+        raise page_error(f"{name} is empty: type a value")
     if isinstance(payload, bool) or not isinstance(payload, (int, float)):
         raise page_error(f"{name} must be a number (got {str(repr(payload))[:40]})")
     try:

@@ -60,6 +60,8 @@ BAD_GENERATE = [
     ("seed too large", dict(seed=2**70), r"Seed must be at most 9007199254740991 \(got 1.18059e\+21\)"),
     ("budget emptied", dict(budget=None), r"Tree budget n .* is empty: type a value"),
     ("temperature emptied", dict(temperature=None), r"Temperature .* is empty: type a value"),
+    ("max new tokens emptied", dict(max_new_tokens=None), "Max new tokens is empty: type a value"),
+    ("seed emptied", dict(seed=None), "Seed is empty: type a value"),
     ("unknown method", dict(method="beam"), "beam"),
 ]
 
