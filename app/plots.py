@@ -153,11 +153,11 @@ def _never_checked(node, by_index: dict, accepted_under: set) -> str:
 
 
 def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict, by_index: dict,
-                accepted_under: set) -> str:
+                accepted_under: set, not_kept: set = frozenset()) -> str:
     """A step tree node's hover; `texts`: each node's token text, to name its parent by (the chart
     shows tokens, not node numbers: "under node 5" named nothing on screen); `by_index`: the
     step's nodes by index and `accepted_under` the nodes with an accepted child, to say why one was
-    never checked."""
+    never checked; `not_kept`: the accepted nodes (and bonus) past max new tokens."""
     tok = html.escape(repr(node.text))
     head = f"<b>{tok}</b>  id {node.token_id}"
     if node.status == "root":
@@ -184,7 +184,18 @@ def _node_hover(node, parents, greedy: bool | None, sampler: str, texts: dict, b
     if node.status in ("accepted", "rejected") and test:
         lines.append(test)
     lines.append(verdict)
+    if node.index in not_kept:
+        lines.append("past max new tokens: not kept (the run ended before it)")
     return "<br>".join(lines)
+
+
+def _past_max_new(event, path: list[int], bonus) -> set:
+    """The accepted nodes (and bonus) of a step that max new tokens cut, past the tokens it kept:
+    the verifier accepted them, the answer does not hold them."""
+    if event.finish_reason != "max_new_tokens":
+        return set()
+    yielded = path[1:] + ([bonus.index] if bonus is not None else [])
+    return set(yielded[len(event.new_token_ids):])
 
 
 def tree_height(parents) -> int:
@@ -237,6 +248,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     texts = {n.index: n.text for n in nodes}
     by_index = {n.index: n for n in nodes if n.status != "bonus"}
     accepted_under = {n.parent for n in nodes if n.status == "accepted"}   # once, not per unchecked node
+    not_kept = _past_max_new(event, path, bonus)
     for status in ("unreached", "rejected", "accepted", "root", "bonus"):
         group = [n for n in nodes if n.status == status]
         labels = [show_token(n.text) if (not crowded or n.index in on_path or n.status == "bonus") else ""
@@ -251,11 +263,12 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
                           color=STATUS_COLORS[status] if on_top else FONT),
             marker=dict(color=STATUS_COLORS[status], size=size if status != "root" else size + 4,
                         line=dict(color="rgba(255,255,255,0.8)", width=1.5 if size > 11 else 0),
-                        symbol="diamond" if status == "bonus" else "circle"),
+                        symbol="diamond" if status == "bonus" else "circle",
+                        opacity=[0.35 if n.index in not_kept else 1.0 for n in group] or 1.0),
             hoverinfo="text", cliponaxis=False, meta=status)
         if group:
             trace.update(text=labels, hovertext=[_node_hover(n, parents, greedy, sampler, texts, by_index,
-                                                                accepted_under) for n in group])
+                                                                accepted_under, not_kept) for n in group])
         traces.append(trace)
     right = max(x for x, _ in pos)
     ys = [y for _, y in pos]
@@ -263,7 +276,7 @@ def tree_figure(event, greedy: bool | None = None, sampler: str = "sequoia", tit
     if title is None:
         accepted = len(path) - 1
         new = len(event.new_token_ids)
-        cut = " (cut at max new tokens)" if new < accepted + (bonus is not None) and not event.finish_reason == "eos" else ""
+        cut = " (cut at max new tokens: the faded ones are not kept)" if not_kept else ""
         title = (f"Step {event.step}: {plural(accepted, 'drafted token')} accepted"
                  f"{' + 1 bonus' if bonus is not None else ''} → {new} new{cut} · "
                  f"tree of {plural(len(parents), 'node')}, {plural(int(depth_max) + 1, 'level')}")

@@ -65,6 +65,25 @@ def test_a_never_checked_node_says_why_it_was_not_tried():
     assert hover[10] == "never checked: the answer ended before it"
 
 
+def test_a_step_cut_at_max_new_tokens_fades_what_it_did_not_keep():
+    """The last step of a run that max new tokens cut kept 1 of its 3 tokens: the tree drew the
+    whole accepted path and bonus as if they were in the answer."""
+    ev = replace(hand_made_event(), new_token_ids=[11], new_text="b", done=True, finish_reason="max_new_tokens")
+    fig = plots.tree_figure(ev, greedy=True)
+    faded, hover = {}, {}
+    for trace in node_traces(fig):
+        opacity = trace.marker.opacity if isinstance(trace.marker.opacity, tuple) else [trace.marker.opacity] * len(trace.x)
+        for text, alpha in zip(trace.hovertext or (), opacity):
+            index = int(re.search(r"id (\d+)", text).group(1))
+            faded[index], hover[index] = alpha < 1, text
+    assert [i for i, f in sorted(faded.items()) if f] == [14, 99]   # node 4 (accepted) and the bonus
+    assert "not kept" in hover[14] and "not kept" in hover[99] and "not kept" not in hover[11]
+    assert "the faded ones are not kept" in fig.layout.title.text
+    whole = plots.tree_figure(replace(ev, new_token_ids=[11, 14, 99]), greedy=True)   # it fitted exactly
+    assert "not kept" not in whole.layout.title.text
+    assert all(t.marker.opacity in (1.0, None) or min(t.marker.opacity) == 1.0 for t in node_traces(whole))
+
+
 def test_accepted_path_is_drawn_thick_through_the_path_nodes():
     ev = hand_made_event()
     fig = plots.tree_figure(ev, greedy=False)
