@@ -20,8 +20,13 @@
   // emptied value, so the value on entering is kept here.
   // A slider of whole steps (budget, depth, top-k, Replay) takes a typed fraction rounded: Replay
   // showed step 2 beside a box reading 2.5.
-  const sliderBox = (box) => box instanceof HTMLInputElement && box.type === "number" && box.closest(OURS)
-    ? box.closest(".block")?.querySelector('input[type="range"]') : null;
+  // The number fields beside the sliders (max new tokens, seed) do the same within their own
+  // min/max: a 0 there was kept with a toast, where a slider's 0 became its minimum.
+  const sliderBox = (box) => {
+    if (!(box instanceof HTMLInputElement && box.type === "number" && box.closest(OURS))) return null;
+    const range = box.closest(".block")?.querySelector('input[type="range"]');
+    return range ?? (box.min !== "" && box.max !== "" ? box : null);
+  };
   document.addEventListener("focus", (event) => {
     if (sliderBox(event.target)) event.target.dataset.sqEntered = event.target.value;
   }, true);
