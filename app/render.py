@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.plots import PLANNED, STATUS_COLORS
 from engine import prompt_memory
-from engine.learning import PRIOR_WEIGHT
+from engine.learning import PRIOR_WEIGHT, STORED_CAP
 from engine.wording import hides_words, plural
 
 STEP_CLASSES = 2  # alternating step shades
@@ -295,7 +295,8 @@ def no_plan_line(message: str, running: bool = False) -> str:
 def backing_detail(result) -> str:
     """Which of a plan's backing positions were learned, and which remembered for this prompt."""
     learned = getattr(result, "learned", None) or {}
-    parts = ([f"{learned['positions']} learned over {plural(learned.get('runs', 0), 'run')}"]
+    cap = f" (the store is full at {STORED_CAP:,.0f}: older runs fade)" if learned.get("at_cap") else ""
+    parts = ([f"{learned['positions']} learned over {plural(learned.get('runs', 0), 'run')}{cap}"]
              if learned.get("positions") else [])
     remembered = getattr(result, "remembered", None)
     if remembered:   # engine/prompt_memory.py: the tree was planned from these runs' posterior

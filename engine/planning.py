@@ -557,10 +557,11 @@ def build_plan(pair, spec: MethodSpec, settings: Settings, *, measure: bool, all
     if learn and vec is not None:
         key = learning_key(pair, settings, domain=domain)
         stored = learning.load(key)
+        full = stored.nodes >= learning.STORED_CAP   # the store keeps its newest evidence only
         if counts_memory:   # read once: the store is counted without it, and the plan pools it
             memory, own_read = _own_memory(key, prompt_ids), True
             stored = _less_this_prompt(pair, stored, memory, domain, settings)
-        learned = {"key": key, "positions": int(stored.nodes), "runs": stored.runs,
+        learned = {"key": key, "positions": int(stored.nodes), "runs": stored.runs, "at_cap": full,
                    "store": str(learning.learned_path(key))}  # not "path": gradio_client would fetch it as a file
         if stored.nodes > 0:
             vec = learning.with_stored(vec, stored)

@@ -387,6 +387,9 @@ def test_the_plan_says_which_positions_back_it():
     assert render.backing_detail(plan) == "37 positions remembered from 1 earlier run of this prompt at T=0.7 (rescaled)"
     plan.learned = {"positions": 96, "runs": 1}
     assert render.backing_detail(plan).startswith("96 learned over 1 run, 37 positions remembered")
+    plan.learned = {"positions": 1900, "runs": 90, "at_cap": True}
+    assert render.backing_detail(plan).startswith("1900 learned over 90 runs (the store is full at 2,048: "
+                                                  "older runs fade), 37 positions")
 
 
 def test_the_live_prediction_uses_an_unmeasured_vector_and_says_which():

@@ -252,8 +252,14 @@ def test_a_prompts_own_runs_count_once(cache):
     assert plan.acceptance.probabilities == pytest.approx(start)
     assert plan.remembered["posterior"] == pytest.approx(learning.pooled(start, mine))
     # another prompt counts both runs from the store
-    assert planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True,
-                               prompt_ids=encode_prompt(pair, "a third one", False)).learned["positions"] == 300
+    third = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True,
+                                prompt_ids=encode_prompt(pair, "a third one", False))
+    assert third.learned["positions"] == 300 and not third.learned["at_cap"] and not plan.learned["at_cap"]
+    # a full store (older runs fade) says so: its positions stop growing, and less this prompt's
+    # own they even fall as the prompt's memory grows ("plan backed by" looked stuck)
+    learning.record(key, learning.Evidence([learning.STORED_CAP], [0.8 * learning.STORED_CAP], learning.STORED_CAP))
+    full = planning.build_plan(pair, spec, settings, measure=False, allow_nearest=True, learn=True, prompt_ids=ids)
+    assert full.learned["at_cap"] and full.learned["positions"] < learning.STORED_CAP
 
 
 def test_rescaling_scales_rank_1_misses_and_the_ranks_after_alike():
