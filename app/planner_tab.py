@@ -156,12 +156,18 @@ def build(ctx: AppContext, live: dict) -> dict:
     def view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
              request: gr.Request | None = None) -> dict:
         sess = ctx.sessions.get(request)
+        # values no plan can have: the Live tab says so too (its plan line and a toast); here the
+        # last plan must not stay up, nor its tree stay exportable
         try:
             # max new tokens: whether an answer's rest is planned for, with a prompt's memory (engine/learning.py)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
-            spec = spec_from(method_v if method_v in ("sequoia", "tree") else "sequoia", budget_v, depth_v, hw_v, sess)
         except (UserError, TreeError) as exc:
-            raise page_error(str(exc)) from None
+            return no_plan_view(str(exc), request)
+        try:
+            spec, no_spec = spec_from(method_v if method_v in ("sequoia", "tree") else "sequoia", budget_v, depth_v,
+                                      hw_v, sess), None
+        except (UserError, TreeError) as exc:   # (the settings' vector is still drawn)
+            spec, no_spec = None, str(exc)
         out = {}
         worker = ctx.worker
         if worker.pair is None:
@@ -185,6 +191,8 @@ def build(ctx: AppContext, live: dict) -> dict:
         else:
             out[acc_chart] = plots.empty_figure(f"No acceptance vector measured at T={T:g}, top-p={top_p:g}", 280)
             out[acc_caption] = "Not measured for these settings yet: press **Measure on this pair**."
+        if no_spec is not None:
+            return {**out, **no_plan_view(no_spec, request, keep_vector=True)}
         # ---- plan (exact vector, or the nearest one, said so)
         try:
             result = worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
@@ -192,6 +200,8 @@ def build(ctx: AppContext, live: dict) -> dict:
         except NeedsMeasurement as need:
             result, missing = None, need.what
             out[info] = PROFILING_NOW if missing == "profile" and profiling else f"{need}."
+        except (UserError, TreeError) as exc:   # values no plan can have (depth 1 for a DP tree)
+            return {**out, **no_plan_view(str(exc), request, keep_vector=True)}
         else:
             missing = None
         plan_vec = result.acceptance if result is not None else None
@@ -287,6 +297,19 @@ def build(ctx: AppContext, live: dict) -> dict:
             choice["stem"], choice["cannot"] = None, {}
             out[export] = _export_button(choice)
             out[planner_json] = {}
+        return out
+
+    def no_plan_view(message: str, request, keep_vector: bool = False) -> dict:
+        """The tab where the Live values allow no plan: it said so only in a toast and kept the last
+        plan, its charts and its export (a helper exported the n=4 tree beside "No plan").
+        `keep_vector`: the settings were fine, so the acceptance chart drawn for them stays."""
+        empty = plots.empty_figure("No plan for these values", 300)
+        choice = _export_choice(request)
+        choice["stem"], choice["cannot"] = None, {}   # no tree: no export of the last one
+        out = {info: render.no_plan_line(message), heat: empty, speed: empty, chosen: empty,
+               export: _export_button(choice), planner_json: {}}
+        if not keep_vector:
+            out.update({acc_chart: empty, acc_caption: "", prof_chart: empty, prof_caption: ""})
         return out
 
     def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,

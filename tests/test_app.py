@@ -242,6 +242,26 @@ def _the_planner_marks_the_imported_tree_at_its_own_value(served, client, size, 
     assert star["x"] == [size] and "imported" in star["text"][0] and round(star["y"][0], 2) == speedup, (star, out[0])
 
 
+def test_the_planner_takes_its_plan_down_where_the_live_values_allow_none(served, client):
+    """Depth 1 for a DP tree: the Live tab said "No plan for these values", but the Planner raised
+    a second toast and kept the last plan, its chosen tree and its export (a helper downloaded
+    the n=4 tree from beside "No plan")."""
+    pair = served["ctx"].worker.pair
+    if profiler.cached_acceptance(pair, 0.0) is None:   # a plan at T = 0 needs a vector
+        profiler.save_acceptance(pair, profiler.AcceptanceVector(
+            [0.7, 0.15, 0.05] + [0.0] * 13, 0.1, 2000, [0.01] * 16, pair.draft_name, pair.target_name, "sequoia",
+            0.0, 1.0, 16, 12, draft_kernels=profiler.draft_kernels(pair)))
+    good = client.predict("sequoia", 8, 4, False, 0, 1, 0, PROMPT, 64, api_name="/planner")
+    assert good[9] and "Plan:" in good[0]
+    out = client.predict("sequoia", 8, 1, False, 0, 1, 0, PROMPT, 64, api_name="/planner")
+    assert "No plan for these values" in out[0] and "depth &gt;= 2" in out[0], out[0]
+    assert "No plan for these values" in json.dumps(json.loads(out[7]["plot"]))   # no chosen tree
+    assert out[8]["value"] is None and not out[8]["interactive"] and out[9] == {}   # nothing to export, no JSON
+    assert json.loads(out[1]["plot"])["data"], "the vector at these settings still shows"
+    bad_temperature = client.predict("sequoia", 8, 4, False, 0.001, 1, 0, PROMPT, 64, api_name="/planner")
+    assert "No plan for these values" in bad_temperature[0] and bad_temperature[9] == {}
+
+
 def test_without_a_device_profile_the_planner_draws_g_and_names_the_button_that_profiles(served, client,
                                                                                          monkeypatch):
     """Hardware-aware planning with an acceptance vector but no device profile yet (the first
