@@ -32,6 +32,7 @@ READY = "Ready. Press **Generate**; move the budget or temperature to re-plan." 
 NO_PAIR = "No model pair is loaded: load one in the Models tab."   # ... and no pair (a load stopped or failed)
 MODEL = dict(concurrency_id="model", concurrency_limit=1)
 EMPTY_PROMPT = "the prompt is empty: type something or pick an example"
+EMPTY_RACE_PROMPT = "the prompt is empty: type something to race on"   # (the Race tab has no examples)
 LIGHT = dict(concurrency_limit=None)
 # Events the page wires to itself (a re-plan on each edit, the plan after a run, the page's first
 # plan): callable by name with every input given, but left off the "Use via API" page, which then
@@ -48,7 +49,7 @@ def no_pair_text(worker, while_loading: str) -> str:
 
 
 def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None = None, check=None,
-              waiting_line_in=None, worker=None, **options):
+              waiting_line_in=None, worker=None, empty_prompt: str = EMPTY_PROMPT, **options):
     """Wires `button`'s click to `fn`, a run that waits for the model slot (MODEL),
     behind a check of its fields that waits for nothing (LIGHT): Gradio preprocesses the inputs
     only when an event leaves its queue, so a field out of bounds (every Number and Slider is
@@ -68,7 +69,7 @@ def model_run(button, fn, inputs, outputs, api_name: str, prompt_at: int | None 
 
     def fields_checked(*values):
         if prompt_at is not None and prompt_is_blank(values[prompt_at]):
-            raise page_error(EMPTY_PROMPT)
+            raise page_error(empty_prompt)
         if check is not None:
             try:
                 check(*values)

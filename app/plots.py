@@ -539,4 +539,9 @@ def race_figure(series: dict, colors: dict | None = None, height: int = 300,
                                  hovertemplate="%{x:.2f} s: %{y} tokens<extra>" + html.escape(name) + "</extra>"))
     fig.update_xaxes(title_text="decoding time (s, prefill excluded)", rangemode="tozero", gridcolor=GRID)
     fig.update_yaxes(title_text="tokens generated", rangemode="tozero", gridcolor=GRID)
-    return _base_layout(fig, height, "Tokens vs time", legend=dict(orientation="h", y=-0.25))
+    # the legend's top below the x axis's title: in the half-width column it wraps to one method
+    # a line, and from y = -0.25 it covered that title; the figure grows by its lines
+    lines = max(1, len(series))
+    return _base_layout(fig, height + 20 * lines, "Tokens vs time",
+                        legend=dict(orientation="h", x=0, xanchor="left", y=-0.2 * 300 / height - 0.12,
+                                    yanchor="top", font=dict(size=11)))

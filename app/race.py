@@ -7,7 +7,7 @@ import gradio as gr
 
 from app import plots, render
 from app.errors import page_error
-from app.live import (EMPTY_PROMPT, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
+from app.live import (EMPTY_RACE_PROMPT, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
                       taken_back, wire_stop)
 from app.state import MAX_PAGE_SEED, RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
@@ -40,23 +40,43 @@ FAIRNESS = (
     "and plans for the race's own prompt and settings (its tree can differ from the Live tab's).")
 
 
-def _lane_html(order, lanes) -> str:
+def lane_color(lane: str, k: int) -> str:
+    """A method's colour, the same in every race (by its place among the race's methods, not among
+    the lanes picked: with Chain and SpecInfer left out, Sequoia took Chain's colour)."""
+    labels = [label for label, _ in RACE_CHOICES]
+    place = labels.index(lane) if lane in labels else k
+    return plots.LANE_COLORS[place % len(plots.LANE_COLORS)]
+
+
+def _lane_text(ev) -> str:
+    """A lane's text, the token that ended its answer (<|im_end|>) shown muted apart, as the Live
+    text shows it."""
+    eos = render.eos_part(ev) if ev.done else ""
+    if not eos:
+        return render.esc(ev.text)
+    return (render.esc(ev.text[: len(ev.text) - len(eos)])
+            + f'<span class="sq-eos" title="the end-of-answer token">{render.esc(eos)}</span>')
+
+
+def _lane_html(order, lanes, ended: str | None = None) -> str:
+    """The lanes' texts and stats; `ended`: what a lane with no step says once the race has ended
+    (it read "waiting" after a race that failed)."""
     if not order:
         return ('<div class="sq-lanes"><span class="sq-placeholder">Press <b>Start race</b>: each method\'s text '
                 'appears here as it is generated, with its tokens, steps and speed.</span></div>')
     rows = []
     for k, lane in enumerate(order):
         info = lanes.get(lane, {})
-        color = plots.LANE_COLORS[k % len(plots.LANE_COLORS)]
+        color = lane_color(lane, k)
         ev = info.get("last")
         if ev is None:
-            body = '<span class="sq-placeholder">waiting</span>'
+            body = f'<span class="sq-placeholder">{render.esc(ended or "waiting")}</span>'
             stats = ""
         elif _stopped_before_a_step(ev):
             body = '<span class="sq-placeholder">stopped before its first step</span>'
             stats = "stopped"
         else:
-            body = render.esc(ev.text)
+            body = _lane_text(ev)
             ending = " · running…" if not ev.done else " · stopped" if ev.finish_reason == "stopped" else " · done"
             stats = (f"{plural(ev.total_tokens, 'token')} · {plural(ev.total_steps, 'step')} · "
                      f"{ev.tokens_per_step:.2f} tok/step · {ev.tokens_per_second:.2f} tok/s" + ending)
@@ -67,9 +87,13 @@ def _lane_html(order, lanes) -> str:
     return '<div class="sq-lanes">' + "".join(rows) + "</div>"
 
 
-def _chart(series, lanes):
-    """The race chart, its lines named as the lanes name their methods."""
-    return plots.race_figure(series, labels={lane: info.get("label") for lane, info in lanes.items()})
+def _chart(series, lanes, ended: str | None = None):
+    """The race chart, its lines named and coloured as the lanes name and colour their methods;
+    `ended`: what it says once the race has ended with no step (it drew empty 0-1 axes)."""
+    if ended and not any(series.values()):
+        return plots.empty_figure(ended, 300)
+    return plots.race_figure(series, labels={lane: info.get("label") for lane, info in lanes.items()},
+                             colors={lane: lane_color(lane, k) for k, lane in enumerate(series)})
 
 
 def _stopped_before_a_step(ev) -> bool:
@@ -176,8 +200,8 @@ def build(ctx: AppContext) -> dict:
             chart = gr.Plot(plots.empty_figure("Tokens over time, one line per method", height=300),
                             label="Tokens over time chart", show_label=False, elem_id="sq-race-chart")
     # the columns a race fills in (an empty Dataframe would show the headers 1, 2, 3)
-    table = gr.Dataframe(value=_table([], {}, greedy=True), label="Result", interactive=False,
-                         elem_id="sq-race-table")
+    table = gr.Dataframe(value=_table([], {}, greedy=True), label="Result", interactive=False, wrap=True,
+                         column_widths=["26%"], elem_id="sq-race-table")   # long method names wrap
     verdict = gr.Markdown("", label="Race verdict", show_label=False, elem_id="sq-race-verdict")
     with gr.Accordion("Raw data (what the API returns)", open=False):
         race_json = gr.JSON(label="Race")
@@ -190,7 +214,7 @@ def build(ctx: AppContext) -> dict:
             return
         try:
             if prompt_is_blank(prompt_v):
-                raise UserError(EMPTY_PROMPT)
+                raise UserError(EMPTY_RACE_PROMPT)
             settings, specs = lanes_checked(prompt_v, methods_v, budget_v, depth_v, temp_v, top_p_v, max_new_v,
                                             seed_v, top_k_v)
             sess.refuse_if_running()
@@ -248,7 +272,9 @@ def build(ctx: AppContext) -> dict:
             raise
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "race")
-            yield {status: sess.run_ended("race", f"✗ {message}")}
+            yield {status: sess.run_ended("race", f"✗ {message}"),
+                   lanes_html: _lane_html(order, lanes, ended="did not run: the race failed"),
+                   chart: _chart(series, lanes, ended="The race failed before any step")}
             raise page_error(message) from None
         finally:  # also when the page went away or the event was cancelled (GeneratorExit)
             if not job.done:
@@ -258,12 +284,13 @@ def build(ctx: AppContext) -> dict:
         done_all = all(lanes[lane].get("last") is not None and not _partial(lanes[lane]["last"]) for lane in order)
         stopped = job.state == "stopped" or not done_all
         yield {status: sess.run_ended("race", "■ Race stopped." if stopped else "✓ Race finished."),
-               lanes_html: _lane_html(order, lanes), chart: _chart(series, lanes),
+               lanes_html: _lane_html(order, lanes, ended="stopped before its first step"),
+               chart: _chart(series, lanes, ended="Stopped before any lane's first step"),
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = model_run(start, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
-                          prompt_at=0, check=lanes_checked, waiting_line_in=status, worker=ctx.worker,
+                          prompt_at=0, empty_prompt=EMPTY_RACE_PROMPT, check=lanes_checked, waiting_line_in=status, worker=ctx.worker,
                           show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}

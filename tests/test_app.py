@@ -633,6 +633,33 @@ def test_a_live_runs_last_line_and_step_data_name_the_sampling_it_used():
     assert "top-k off" in Run(Settings(temperature=1.0)).settings_words()
 
 
+def test_race_lanes_keep_their_method_colour_and_say_why_they_have_no_step():
+    """A helper's walk-through: with Chain and SpecInfer left out, Sequoia DP took Chain's colour
+    (colours went by the lanes' positions); a race that failed left each lane reading "waiting";
+    a race stopped before its first step drew empty 0-1 axes; a lane's answer ended in a raw
+    <|im_end|>."""
+    import json
+    from types import SimpleNamespace
+    from app.race import RACE_LABELS, _chart, _lane_html, lane_color
+    ar, dp, auto = RACE_LABELS["ar"], RACE_LABELS["sequoia"], RACE_LABELS["sequoia-auto"]
+    every = list(RACE_LABELS.values())
+    assert [lane_color(lane, k) for k, lane in enumerate([ar, dp, auto])] == [
+        lane_color(lane, every.index(lane)) for lane in (ar, dp, auto)]
+    assert len({lane_color(lane, k) for k, lane in enumerate(every)}) == len(every)
+    chart = _chart({ar: [(0.5, 4)], auto: [(0.4, 6)]}, {})
+    assert [t.line.color for t in chart.data] == [lane_color(ar, 0), lane_color(auto, 4)]
+    failed = _lane_html([ar, dp], {ar: {}, dp: {}}, ended="did not run: the race failed")
+    assert failed.count("did not run: the race failed") == 2 and "waiting" not in failed
+    assert "waiting" in _lane_html([ar], {ar: {}})   # while the race goes
+    empty = json.dumps(_chart({ar: [], dp: []}, {}, ended="Stopped before any lane's first step").to_dict())
+    assert "Stopped before any lane" in empty
+    ended = SimpleNamespace(text="def f(): pass<|im_end|>", answer="def f(): pass", new_text=" pass<|im_end|>",
+                            done=True, finish_reason="eos", total_tokens=5, total_steps=2, tokens_per_step=2.5,
+                            tokens_per_second=3.0)
+    html = _lane_html([dp], {dp: {"last": ended}})
+    assert 'def f(): pass<span class="sq-eos"' in html and "&lt;|im_end|&gt;</span>" in html
+
+
 def test_a_stopped_greedy_race_is_checked_on_what_both_lanes_generated():
     """A Stop ends the lanes at different lengths; the greedy check compared whole texts and said
     "✗ Greedy check failed" for a race that was only stopped. It now compares what both generated,
