@@ -209,7 +209,9 @@ def device_map_choice(value: str | None, trusted: str | None = None) -> str | No
 def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None = None) -> dict:
     gr.Markdown("Load any draft/target pair that shares one tokenizer: a Hugging Face id (from the local cache, or "
                 "downloaded when the hub is reachable), a local folder, or `default` (the embedded Qwen2.5-Coder "
-                "0.5B → 1.5B pair). The loaded pair stays in use until the new one has passed its checks.",
+                "0.5B → 1.5B pair). The pair in use stays while the new one's names, device and tokenizers "
+                "are checked; once its models start loading it is unloaded to make room, so a load that fails or "
+                "is stopped after that leaves none loaded (the status line says which).",
                 elem_classes="sq-note-block")
     with gr.Row():
         draft = gr.Textbox(label="Draft model (id or path)", value=defaults.get("draft", "default"),

@@ -24,6 +24,7 @@ from engine.jobs import Progress, ProfileKept
 from engine.models import servable_name
 from engine.planning import NeedsMeasurement, table_for
 from engine.tree import TreeError
+from engine.wording import plural
 
 EXPORT_DIR = Path(tempfile.mkdtemp(prefix="sequoia-live-export-"))
 # session -> {"format", "stem", "cannot": {format: why}} of its download
@@ -89,7 +90,7 @@ def _export_button(choice: dict):
 
 
 def build(ctx: AppContext, live: dict) -> dict:
-    gr.Markdown("Uses the **Live** tab's temperature, top-p, budget, depth, hardware-aware toggle and prompt (its "
+    gr.Markdown("Uses the **Live** tab's temperature, top-p, top-k, budget, depth, hardware-aware toggle and prompt (its "
                 "kind, code or prose, picks the acceptance vector where the two differ). Every number "
                 "here is measured on the loaded pair and device, or read from the named cache file.",
                 elem_classes="sq-note-block")
@@ -177,19 +178,20 @@ def build(ctx: AppContext, live: dict) -> dict:
                     speed: empty, chosen: empty, export: _export_button(_no_choice()),
                     planner_json: {}}
         T, top_p = settings.temperature, settings.top_p
+        here = planning.settings_words(T, top_p, settings.top_k)   # vectors are kept per top-k too
         vec = worker.cached_acceptance(T, top_p, top_k=settings.top_k)
         prof = worker.cached_profile()
         profiling = prof is None and worker.profiling_now()   # asked once: every caption says the same
         # ---- acceptance vector
         if vec is not None:
             out[acc_chart] = plots.acceptance_figure(vec.probabilities, ci=vec.ci95, height=280,
-                                                     title=f"Acceptance vector at T={T:g}, top-p={top_p:g}")
+                                                     title=f"Acceptance vector at {here}")
             out[acc_caption] = (f"**{vec.positions} positions** measured over {vec.prompts} prompts "
                                 f"({vec.sampler} sampler, width {vec.width}) in {vec.seconds:.1f} s on "
                                 f"{vec.measured_at} · P(no child accepted) = {vec.none:.3f} · "
                                 f"`{render.short_path(vec.source)}` · {render.interval_words(vec)}")
         else:
-            out[acc_chart] = plots.empty_figure(f"No acceptance vector measured at T={T:g}, top-p={top_p:g}", 280)
+            out[acc_chart] = plots.empty_figure(f"No acceptance vector measured at {here}", 280)
             out[acc_caption] = "Not measured for these settings yet: press **Measure on this pair**."
         if no_spec is not None:
             return {**out, **no_plan_view(no_spec, request, keep_vector=True)}
@@ -214,7 +216,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                                      planned_name="not measured here: " + (
                                                          "interpolated" if interpolation.is_interpolated(
                                                              result.base_acceptance) else "nearest"),
-                                                     title=f"Acceptance at T={T:g}, top-p={top_p:g} (NOT measured)")
+                                                     title=f"Acceptance at {here} (NOT measured)")
             out[acc_caption] = render.short_paths_in(result.acceptance_note)
             if worker.refiner is not None and interpolation.is_interpolated(result.measured_acceptance):
                 out[acc_caption] += (" · being measured for real in the background while the engine is idle "
@@ -222,7 +224,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         elif plan_vec is not None and vec is not None and plan_vec.domain != vec.domain:
             # the prompt's kind picked its own vector (engine/domains.py): show the one the plan uses
             out[acc_chart] = plots.acceptance_figure(plan_vec.probabilities, ci=plan_vec.ci95, height=280,
-                                                     title=f"Acceptance vector at T={T:g}, top-p={top_p:g}: "
+                                                     title=f"Acceptance vector at {here}: "
                                                            f"{plan_vec.domain} prompts (the Live prompt's kind)")
             out[acc_caption] = f"{render.short_paths_in(result.acceptance_note)} · {render.interval_words(plan_vec)}"
         if result is not None and plan_vec is not None:
@@ -391,9 +393,11 @@ def build(ctx: AppContext, live: dict) -> dict:
                    upload: None}
             raise page_error(f"import failed: {exc}") from None
         sess.imported = tree
-        yield {import_status: f"Imported **{render.esc(Path(path).name)}**: {tree.size} nodes, {tree.depth} levels "
-                               f"(widths {tree.level_widths}). The Live tab's method is now *Imported tree*.",
-                chosen: plots.plan_figure(tree, None, title=f"Imported tree: {tree.size} nodes, {tree.depth} levels"),
+        shape = f"{plural(tree.size, 'node')}, {plural(tree.depth, 'level')}"
+        # (said as what the import did: the Live method can be changed again afterwards)
+        yield {import_status: f"Imported **{render.esc(Path(path).name)}**: {shape} (widths {tree.level_widths}), "
+                               "and set the Live tab's method to *Imported tree*.",
+                chosen: plots.plan_figure(tree, None, title=f"Imported tree: {shape}"),
                 live["method"]: "tree",
                 planner_json: {"imported": Path(path).name, **tree.to_dict(), "levels": tree.level_widths}}
 

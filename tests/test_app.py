@@ -262,6 +262,13 @@ def test_the_planner_takes_its_plan_down_where_the_live_values_allow_none(served
     assert "No plan for these values" in bad_temperature[0] and bad_temperature[9] == {}
 
 
+def test_the_planners_acceptance_chart_names_top_k(served, client):
+    """Vectors are kept per top-k, but the Planner said "No acceptance vector measured at T=0.7,
+    top-p=1" at top-k 20 while the header measured "T=0.7, top-p=0.9, top-k=20"."""
+    out = client.predict("sequoia", 8, 4, False, 0.7, 1, 20, PROMPT, 64, api_name="/planner")
+    assert "T=0.7, top-p=1, top-k=20" in json.dumps(json.loads(out[1]["plot"])), out[1]
+
+
 def test_without_a_device_profile_the_planner_draws_g_and_names_the_button_that_profiles(served, client,
                                                                                          monkeypatch):
     """Hardware-aware planning with an acceptance vector but no device profile yet (the first
