@@ -98,7 +98,7 @@ def build(ctx: AppContext, live: dict) -> dict:
     with gr.Row(equal_height=False):
         with gr.Column():
             acc_chart = gr.Plot(label="Acceptance vector chart", show_label=False, elem_id="sq-planner-acc")
-            acc_caption = gr.Markdown("", label="Acceptance caption", show_label=False)
+            acc_caption = gr.Markdown("", label="Acceptance caption", show_label=False, elem_id="sq-acc-caption")
             with gr.Row():
                 measure = gr.Button("Measure on this pair", elem_id="sq-measure",
                                     scale=3)
@@ -404,10 +404,12 @@ def build(ctx: AppContext, live: dict) -> dict:
     refresh_event = dict(show_progress="hidden", **LIGHT)
     tab = live["planner_tab"]
     tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
+    # pressed while another job holds the model (a race, another page's run), each caption says so:
+    # the button only greyed, with nothing said until that job ended
     measured = model_run(measure, run_measure, settings_inputs, outputs, "measure", show_progress="minimal",
-                         show_progress_on=[acc_caption])
+                         show_progress_on=[acc_caption], waiting_line_in=acc_caption, worker=ctx.worker)
     profiled = model_run(profile, run_profile, settings_inputs, outputs, "profile", show_progress="minimal",
-                         show_progress_on=[prof_caption])
+                         show_progress_on=[prof_caption], waiting_line_in=prof_caption, worker=ctx.worker)
 
     def choose_export_format(fmt_v, request: gr.Request):
         if fmt_v not in tree_export.FORMATS:

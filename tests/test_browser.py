@@ -355,6 +355,24 @@ def test_a_run_waiting_for_another_pages_job_says_so(served, page, monkeypatch):
     other.close()
 
 
+def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
+    """Measure pressed while a run held the model only greyed its button, saying nothing until
+    that run ended (a helper's walk-through, behind a race); its caption now says what it waits for."""
+    url, ctx = served
+    start_a_slow_run(page, url, monkeypatch)
+    open_tab(page, "Planner")
+    page.click("#sq-measure")
+    page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.includes("
+                           "'waiting: the model is busy with a Live run')", timeout=10_000)
+    page.click("#sq-planner-stop")   # takes the waiting measurement back
+    page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.includes('will not start')",
+                           timeout=10_000)
+    open_tab(page, "Live")
+    page.click("#sq-stop")
+    run_ends(page, ctx)
+    assert not page_errors(page), page_errors(page)
+
+
 def test_a_new_run_does_not_show_the_last_runs_metrics_and_tree_before_its_first_step(served, page, monkeypatch):
     """While a new run read a long prompt (minutes), the last run's cards and last step's tree
     went on showing beside "● running …"; the cards are cleared and the tree is the new plan's."""
