@@ -379,6 +379,11 @@ def placement(device_map=None, max_memory=None, offload_folder=None) -> dict | N
 
 def _not_found_message(source: str, exc: Exception) -> str:
     if Path(source).exists():
+        folder = Path(source)
+        if folder.is_dir() and not (folder / "config.json").exists():
+            # (transformers' own words here named no file: "… backend tokenizer from one of: .")
+            return (f"'{source}' is a folder but not a model folder: it has no config.json (a Hugging Face "
+                    "model folder holds config.json, the weights and the tokenizer's files)")
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"'{source}' is a folder but not a loadable causal-LM: {first}"
     reach = "the hub has no such id" if _hub_reachable() else "the Hugging Face hub cannot be reached (offline?)"

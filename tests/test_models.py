@@ -65,6 +65,16 @@ def test_a_path_that_is_not_there_is_refused_before_anything_loads(monkeypatch):
     assert models._resolve_source("org/name") == "org/name"
 
 
+def test_a_folder_that_holds_no_model_says_what_it_lacks(tmp_path):
+    """A folder of tree JSON files loaded as a model said "not a loadable causal-LM: Couldn't
+    instantiate the backend tokenizer from one of: ." (transformers named nothing)."""
+    from transformers import AutoTokenizer
+    from engine import models
+    (tmp_path / "tree.json").write_text("[-1, 0]")
+    with pytest.raises(UserError, match="not a model folder: it has no config.json"):
+        models._from_pretrained(AutoTokenizer, str(tmp_path))
+
+
 def test_tokenizer_comparison():
     check_same_tokenizer(make_tokenizer("abc"), make_tokenizer("abc"), "a", "b")
     with pytest.raises(UserError, match="tokenizers differ"):
