@@ -174,6 +174,7 @@ def test_a_hub_kernel_that_cannot_be_fetched_falls_back_to_pytorch_layers(tmp_pa
             calls.append(kwargs)
             raise ValueError("not a causal LM")
     calls.clear()
+    (tmp_path / "config.json").write_text("{}")   # a model folder (one without is said so before this)
     with pytest.raises(UserError, match="not a causal LM"):
         models._from_pretrained(Broken, str(tmp_path))
     assert len(calls) == 1
