@@ -7,7 +7,7 @@ import gradio as gr
 
 from app import plots, render
 from app.errors import page_error
-from app.live import (EMPTY_RACE_PROMPT, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
+from app.live import (EMPTY_RACE_PROMPT, LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
                       taken_back, wire_stop)
 from app.state import MAX_PAGE_SEED, RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
@@ -287,6 +287,21 @@ def build(ctx: AppContext) -> dict:
                lanes_html: _lane_html(order, lanes, ended="stopped before its first step"),
                chart: _chart(series, lanes, ended="Stopped before any lane's first step"),
                table: _table(order, lanes, greedy), verdict: summary["verdict"], race_json: summary}
+
+    def control_moved(request: gr.Request):
+        """A race control changed while this page's race goes: the lanes keep their planned trees
+        and settings (a fair race), so say where the change lands (nothing said it)."""
+        sess = ctx.sessions.get(request)
+        if sess.running and getattr(sess.job, "name", None) == "race":
+            gr.Info("The race goes on as it started (its lanes keep their trees and settings): "
+                    "this change applies to the next race.")
+
+    for control in (budget, depth, temperature, top_k, top_p):
+        control.release(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
+                        **PAGE_WIRING, **LIGHT)
+    for control in (max_new, seed, methods):
+        control.input(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
+                      **PAGE_WIRING, **LIGHT)
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = model_run(start, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",

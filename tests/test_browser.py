@@ -628,6 +628,36 @@ def test_a_race_started_during_the_live_run_is_taken_back_by_the_race_tabs_stop(
     assert not page_errors(page), page_errors(page)
 
 
+def test_a_race_control_moved_mid_race_says_it_applies_to_the_next_race(served, page, monkeypatch):
+    """A helper's walk-through: Budget moved from 8 to 16 during a race, and nothing said that the
+    lanes keep their trees (a fair race) and the change waits for the next race."""
+    from engine import interleave
+    together = interleave.run_together
+
+    def slow_together(lanes):   # each lane's step waits: the race is still going at the next click
+        for item in together(lanes):
+            time.sleep(0.3)
+            yield item
+
+    monkeypatch.setattr(interleave, "run_together", slow_together)
+    url, ctx = served
+    open_page(page, url)
+    open_tab(page, "Race")
+    page.wait_for_timeout(1500)   # the page's script is wired on load
+    page.click("#sq-race-start")
+    page.wait_for_function("document.querySelector('#sq-race-status').innerText.includes('timing all')",
+                           timeout=60_000)
+    budget = page.locator("#sq-tab-race .sq-sliders input[type=number]").first
+    budget.fill("16")
+    budget.press("Enter")
+    toast_says = ("(text) => [...document.querySelectorAll('[data-testid=\"toast-body\"]')]"
+                  ".some(t => t.innerText.includes(text))")
+    page.wait_for_function(toast_says, arg="this change applies to the next race", timeout=10_000)
+    page.click("#sq-race-stop")
+    page.wait_for_function("document.querySelector('#sq-race-status').innerText.includes('Race stopped')",
+                           timeout=60_000)
+
+
 def test_a_run_that_fails_gives_its_button_back(served, page):
     """A run's button is greyed while the run goes (live.model_run) and comes back however the run
     ends. Gradio 6.31's page runs `.then` only after a success, so after a load that failed (a
