@@ -109,7 +109,11 @@ def build(ctx: AppContext, live: dict) -> dict:
         with gr.Column():
             prof_chart = gr.Plot(label="Device profile chart", show_label=False, elem_id="sq-profile")
             prof_caption = gr.Markdown("", label="Profile caption", show_label=False)
-            profile = gr.Button("Profile this device", elem_id="sq-profile-btn")
+            with gr.Row():
+                profile = gr.Button("Profile this device", elem_id="sq-profile-btn", scale=3)
+                # the tab's one Stop (beside Measure) was scrolled away with Profile in view: this
+                # one presses it, so both stop whatever the tab runs, alike
+                profile_stop = gr.Button("Stop", variant="stop", elem_id="sq-profile-stop", scale=1, min_width=80)
         with gr.Column():
             speed = gr.Plot(label="Predicted speedup chart", show_label=False, elem_id="sq-speedup")
     with gr.Row(equal_height=False):
@@ -421,6 +425,7 @@ def build(ctx: AppContext, live: dict) -> dict:
     export_format.change(choose_export_format, export_format, export, api_name="export_format",
                          show_progress="hidden", **LIGHT)
 
+    profile_stop.click(None, js="() => { document.querySelector('#sq-planner-stop')?.click(); }", **PAGE_WIRING)
     wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring",
               runs={"measurement": measured, "profile": profiled}, line_is_content=True)
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], upload, planner_json],

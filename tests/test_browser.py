@@ -364,7 +364,7 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
     page.click("#sq-measure")
     page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.includes("
                            "'waiting: the model is busy with a Live run')", timeout=10_000)
-    page.click("#sq-planner-stop")   # takes the waiting measurement back
+    page.click("#sq-profile-stop")   # the Stop beside Profile presses the tab's Stop: takes it back
     page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.includes('will not start')",
                            timeout=10_000)
     open_tab(page, "Live")
