@@ -244,21 +244,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                 f"G(n, d) is drawn with the plan, which needs {_missing_words(True, False, profiling)}"
                 if missing == "profile" else f"G(n, d) needs {_missing_words(False, True, profiling)}", 300)
         # ---- device profile and predicted speedup
-        if prof is not None:
-            seen = worker.observed_costs()
-            out[prof_chart] = plots.profile_figure(prof, observed=seen)
-            t1 = prof.target_seconds.get(1)
-            d1 = prof.draft_seconds.get(1)
-            ratio = f"draft/target cost for one token: {d1 / t1:.2f}" if t1 and d1 else ""
-            out[prof_caption] = (f"{ratio} · overhead {prof.overhead_seconds * 1e3:.1f} ms/step · "
-                                 f"{prof.device}, {prof.dtype}, measured {prof.measured_at} · "
-                                 f"`{render.short_path(prof.source)}`"
-                                 + render.profile_quality(prof, seen, worker.profile_timed_again()))
-        else:
-            out[prof_chart] = plots.empty_figure("The device is being profiled now: the header shows how far"
-                                                 if profiling else
-                                                 "No device profile yet: press “Profile this device”", 280)
-            out[prof_caption] = "Not profiled yet on this device and dtype."
+        out.update(profile_part(prof, profiling))
         if prof is not None and planned is not None:
             # the profile the plan used: observed step costs blended in, sampling maths at T > 0
             used = result.profile if result is not None and result.profile is not None else prof
@@ -305,17 +291,39 @@ def build(ctx: AppContext, live: dict) -> dict:
             out[planner_json] = {}
         return out
 
+    def profile_part(prof, profiling: bool) -> dict:
+        """The device profile's chart and caption: the device's, whatever the Live values."""
+        if prof is None:
+            return {prof_chart: plots.empty_figure("The device is being profiled now: the header shows how far"
+                                                   if profiling else
+                                                   "No device profile yet: press “Profile this device”", 280),
+                    prof_caption: "Not profiled yet on this device and dtype."}
+        worker = ctx.worker
+        seen = worker.observed_costs()
+        t1 = prof.target_seconds.get(1)
+        d1 = prof.draft_seconds.get(1)
+        ratio = f"draft/target cost for one token: {d1 / t1:.2f}" if t1 and d1 else ""
+        return {prof_chart: plots.profile_figure(prof, observed=seen),
+                prof_caption: (f"{ratio} · overhead {prof.overhead_seconds * 1e3:.1f} ms/step · "
+                               f"{prof.device}, {prof.dtype}, measured {prof.measured_at} · "
+                               f"`{render.short_path(prof.source)}`"
+                               + render.profile_quality(prof, seen, worker.profile_timed_again()))}
+
     def no_plan_view(message: str, request, keep_vector: bool = False) -> dict:
         """The tab where the Live values allow no plan: it said so only in a toast and kept the last
         plan, its charts and its export (a helper exported the n=4 tree beside "No plan").
-        `keep_vector`: the settings were fine, so the acceptance chart drawn for them stays."""
+        `keep_vector`: the settings were fine, so the acceptance chart drawn for them stays. The
+        device profile is drawn as ever (a Profile ending meanwhile, or a new pair, shows)."""
         empty = plots.empty_figure("No plan for these values", 300)
         choice = _export_choice(request)
         choice["stem"], choice["cannot"] = None, {}   # no tree: no export of the last one
+        worker = ctx.worker
+        prof = worker.cached_profile() if worker.pair is not None else None
         out = {info: render.no_plan_line(message), heat: empty, speed: empty, chosen: empty,
-               export: _export_button(choice), planner_json: {}}
+               export: _export_button(choice), planner_json: {},
+               **profile_part(prof, prof is None and worker.profiling_now())}
         if not keep_vector:
-            out.update({acc_chart: empty, acc_caption: "", prof_chart: empty, prof_caption: ""})
+            out.update({acc_chart: empty, acc_caption: ""})
         return out
 
     def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,

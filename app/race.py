@@ -58,9 +58,10 @@ def _lane_text(ev) -> str:
             + f'<span class="sq-eos" title="the end-of-answer token">{render.esc(eos)}</span>')
 
 
-def _lane_html(order, lanes, ended: str | None = None) -> str:
+def _lane_html(order, lanes, ended: str | None = None, unfinished: str = " · running…") -> str:
     """The lanes' texts and stats; `ended`: what a lane with no step says once the race has ended
-    (it read "waiting" after a race that failed)."""
+    (it read "waiting" after a race that failed); `unfinished`: what a lane whose last step was not
+    its last says (" · failed" once the race failed)."""
     if not order:
         return ('<div class="sq-lanes"><span class="sq-placeholder">Press <b>Start race</b>: each method\'s text '
                 'appears here as it is generated, with its tokens, steps and speed.</span></div>')
@@ -77,7 +78,7 @@ def _lane_html(order, lanes, ended: str | None = None) -> str:
             stats = "stopped"
         else:
             body = _lane_text(ev)
-            ending = " · running…" if not ev.done else " · stopped" if ev.finish_reason == "stopped" else " · done"
+            ending = unfinished if not ev.done else " · stopped" if ev.finish_reason == "stopped" else " · done"
             stats = (f"{plural(ev.total_tokens, 'token')} · {plural(ev.total_steps, 'step')} · "
                      f"{ev.tokens_per_step:.2f} tok/step · {ev.tokens_per_second:.2f} tok/s" + ending)
         label = render.esc(info.get("label") or lane)
@@ -90,8 +91,9 @@ def _lane_html(order, lanes, ended: str | None = None) -> str:
 def _chart(series, lanes, ended: str | None = None):
     """The race chart, its lines named and coloured as the lanes name and colour their methods;
     `ended`: what it says once the race has ended with no step (it drew empty 0-1 axes)."""
-    if ended and not any(series.values()):
-        return plots.empty_figure(ended, 300)
+    # (a lane a Stop ended in its warm-up or prefill still has its last point, 0 tokens at 0 s)
+    if ended and not any(tokens for points in series.values() for _, tokens in points):
+        return plots.empty_figure(ended, 300 + 20 * max(1, len(series)))   # as tall as race_figure draws
     return plots.race_figure(series, labels={lane: info.get("label") for lane, info in lanes.items()},
                              colors={lane: lane_color(lane, k) for k, lane in enumerate(series)})
 
@@ -197,7 +199,7 @@ def build(ctx: AppContext) -> dict:
         with gr.Column(scale=3):
             lanes_html = gr.HTML(_lane_html([], {}), label="Race lanes (HTML)", show_label=False, elem_id="sq-lanes")
         with gr.Column(scale=2):
-            chart = gr.Plot(plots.empty_figure("Tokens over time, one line per method", height=300),
+            chart = gr.Plot(plots.empty_figure("Tokens over time, one line per method", height=400),
                             label="Tokens over time chart", show_label=False, elem_id="sq-race-chart")
     # the columns a race fills in (an empty Dataframe would show the headers 1, 2, 3)
     table = gr.Dataframe(value=_table([], {}, greedy=True), label="Result", interactive=False, wrap=True,
@@ -273,7 +275,7 @@ def build(ctx: AppContext) -> dict:
         except Exception as exc:  # noqa: BLE001
             message = failure_message(exc, "race")
             yield {status: sess.run_ended("race", f"✗ {message}"),
-                   lanes_html: _lane_html(order, lanes, ended="did not run: the race failed"),
+                   lanes_html: _lane_html(order, lanes, ended="did not run: the race failed", unfinished=" · failed"),
                    chart: _chart(series, lanes, ended="The race failed before any step")}
             raise page_error(message) from None
         finally:  # also when the page went away or the event was cancelled (GeneratorExit)
@@ -292,16 +294,18 @@ def build(ctx: AppContext) -> dict:
         """A race control changed while this page's race goes: the lanes keep their planned trees
         and settings (a fair race), so say where the change lands (nothing said it)."""
         sess = ctx.sessions.get(request)
-        if sess.running and getattr(sess.job, "name", None) == "race":
+        if sess.running and not sess.submitting and getattr(sess.job, "name", None) == "race":
             gr.Info("The race goes on as it started (its lanes keep their trees and settings): "
                     "this change applies to the next race.")
 
     for control in (budget, depth, temperature, top_k, top_p):
         control.release(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
                         **PAGE_WIRING, **LIGHT)
-    for control in (max_new, seed, methods):
-        control.input(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
-                      **PAGE_WIRING, **LIGHT)
+    for control in (max_new, seed):   # once the box is left (its input fires at every key)
+        control.blur(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
+                     **PAGE_WIRING, **LIGHT)
+    methods.input(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
+                  **PAGE_WIRING, **LIGHT)
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = model_run(start, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",

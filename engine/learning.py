@@ -136,9 +136,10 @@ class Evidence:
 
 def one_answer(lanes: list[Evidence]) -> Evidence:
     """The evidence of runs that gave one answer (a race's lanes at T = 0: the same greedy text,
-    so a rank tried at the same position is the same event in every lane that tried it, and
-    adding the lanes would count it once per lane): per rank, the counts of the lane that tried
-    it most; one run."""
+    so, where their texts agree, a rank tried at the same position is the same event in every
+    lane that tried it, and adding the lanes would count it once per lane): per rank, the counts
+    of the lane that tried it most; one run. A lower bound: positions where only other lanes
+    tried rank k are not added."""
     out = Evidence(nodes=max((ev.nodes for ev in lanes), default=0.0), runs=1)
     out._grow(max((len(ev.trials) for ev in lanes), default=0))
     for k in range(len(out.trials)):

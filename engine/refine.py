@@ -14,9 +14,10 @@ Rules:
   MAX_WANTED are remembered (the least recently planned is dropped), the most recently planned is measured first
   (typing T = 0.5 and then top-p 0.9 passes through T = 0.5 / top-p 1, which a helper saw measured
   for minutes before the settings in use), and settings measured meanwhile by other means are skipped.
-  Settings left within PASSING_SECONDS of being planned, with nothing measured yet, are forgotten:
-  a value passed on the way to another (typing T = 0.35 plans T = 0.3 first) queued a whole
-  24-prompt measurement of its own.
+  Settings a page's quick plan (a control moved) noted and the next quick plan of the same sampler
+  left within PASSING_SECONDS, with nothing measured yet, are forgotten: a value passed on the way
+  to another (typing T = 0.35 plans T = 0.3 first) queued a whole 24-prompt measurement of its own.
+  Settings a run or a race planned for are kept (a race's lanes plan one after another).
 - A unit starts only after IDLE_SECONDS with no job and no quick plan (a slider move); it takes
   ~12 s on the embedded pair here. Any job submitted while a unit runs stops it at its next
   decoding step, forward or replayed position (the unit's prompt is measured again later): the
@@ -56,6 +57,7 @@ class Wanted:
     sampler: str
     done: dict = field(default_factory=dict)  # prompt index -> AcceptanceVector of that prompt
     planned_at: float = field(default_factory=time.monotonic)   # when a plan last used these settings
+    passing: bool = True   # only quick plans (controls moving) used them so far: they may have been passed
 
     def label(self) -> str:
         return f"T={self.temperature:g}, top-p={self.top_p:g}" + (f", top-k={self.top_k}" if self.top_k else "")
@@ -79,21 +81,25 @@ class Refiner:
         self._wanted: OrderedDict[str, Wanted] = OrderedDict()
         self._lock = threading.Lock()
 
-    def want(self, pair, settings, sampler: str) -> bool:
+    def want(self, pair, settings, sampler: str, passing: bool = False) -> bool:
         """Remember these settings (a plan used an interpolated or nearest vector for them) as the
-        most recently planned; True if new."""
+        most recently planned; True if new. `passing`: a quick plan (a control moved); it forgets
+        the settings the last quick plan of this sampler noted if they were left within
+        PASSING_SECONDS and nothing of them is measured yet (passed on the way here)."""
         key = _key(pair, settings.temperature, settings.top_p, settings.top_k, sampler)
         now = time.monotonic()
         with self._lock:
             last = next(reversed(self._wanted.values()), None)
-            if last is not None and last.key != key and not last.done and now - last.planned_at < PASSING_SECONDS:
-                del self._wanted[last.key]   # passed on the way to these settings
+            if (passing and last is not None and last.key != key and last.passing and last.sampler == sampler
+                    and not last.done and now - last.planned_at < PASSING_SECONDS):
+                del self._wanted[last.key]
             if key in self._wanted:
+                wanted = self._wanted[key]
                 self._wanted.move_to_end(key)   # planned again: it goes first (its prompts done stay)
-                self._wanted[key].planned_at = now
+                wanted.planned_at, wanted.passing = now, wanted.passing and passing
                 return False
             self._wanted[key] = Wanted(key, float(settings.temperature), float(settings.top_p),
-                                       int(settings.top_k), sampler, planned_at=now)
+                                       int(settings.top_k), sampler, planned_at=now, passing=passing)
             while len(self._wanted) > MAX_WANTED:
                 self._wanted.popitem(last=False)
         return True

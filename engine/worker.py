@@ -194,13 +194,14 @@ class Worker:
             background.stop()
         return job
 
-    def note_plan(self, result, settings: Settings) -> None:
+    def note_plan(self, result, settings: Settings, passing: bool = False) -> None:
         """A plan was made: if it used an interpolated or nearest vector (none measured at its
-        settings), measure its settings while idle."""
+        settings), measure its settings while idle. `passing`: a page's quick plan (a control
+        moved), which the next one may show was only passed on the way (refine.Refiner.want)."""
         pair = self._pair
         if (self.refiner is not None and pair is not None and result is not None
                 and result.measured_acceptance is not None and not result.exact):
-            if self.refiner.want(pair, settings, result.method.sampler):
+            if self.refiner.want(pair, settings, result.method.sampler, passing=passing):
                 self._queue.put(_WAKE)  # the loop may be waiting with no timeout
 
     def _running_then_queued(self) -> list[Job]:
@@ -320,7 +321,7 @@ class Worker:
         self._last_user_activity = time.monotonic()  # someone is moving sliders: no background unit yet
         result = build_plan(pair, spec, settings, measure=False, allow_nearest=allow_nearest, learn=learn,
                             prompt=prompt, prompt_ids=_prompt_ids(pair, prompt) if learn else None)
-        self.note_plan(result, settings)
+        self.note_plan(result, settings, passing=True)
         return result
 
     # ---- the jobs the app uses

@@ -361,6 +361,9 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
     url, ctx = served
     start_a_slow_run(page, url, monkeypatch)
     open_tab(page, "Planner")
+    # the tab's own redraw first: landing after the press (under load), it wrote over the waiting line
+    page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.trim().length > 0",
+                           timeout=30_000)
     page.click("#sq-measure")
     page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.includes("
                            "'waiting: the model is busy with a Live run')", timeout=10_000)

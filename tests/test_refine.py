@@ -148,14 +148,26 @@ def test_a_value_passed_on_the_way_is_not_measured(worker):
     left within PASSING_SECONDS of their plan are forgotten; settings that stayed, or whose
     measurement began, are kept."""
     refiner, pair = refine.Refiner(), worker.pair
-    refiner.want(pair, Settings(temperature=0.3), "sequoia")
-    refiner.want(pair, Settings(temperature=0.35), "sequoia")
+    refiner.want(pair, Settings(temperature=0.3), "sequoia", passing=True)
+    refiner.want(pair, Settings(temperature=0.35), "sequoia", passing=True)
     assert [w.temperature for w in refiner.pending()] == [0.35]
     stayed(refiner)
-    refiner.want(pair, Settings(temperature=0.45), "sequoia")
+    refiner.want(pair, Settings(temperature=0.45), "sequoia", passing=True)
     refiner.pending()[-1].done[0] = "a prompt measured"   # its measurement began
-    refiner.want(pair, Settings(temperature=0.5), "sequoia")
+    refiner.want(pair, Settings(temperature=0.5), "sequoia", passing=True)
     assert [w.temperature for w in refiner.pending()] == [0.35, 0.45, 0.5]
+    # what a run or race planned for stays, however soon the next plan comes (a race's lanes
+    # plan one after another, samplers alternating; a slider moved just after Generate)
+    refiner = refine.Refiner()
+    refiner.want(pair, Settings(temperature=0.6), "sequoia")
+    refiner.want(pair, Settings(temperature=0.6), "specinfer")
+    refiner.want(pair, Settings(temperature=0.6), "sequoia")
+    refiner.want(pair, Settings(temperature=0.65), "sequoia", passing=True)
+    assert sorted((w.temperature, w.sampler) for w in refiner.pending()) == [
+        (0.6, "sequoia"), (0.6, "specinfer"), (0.65, "sequoia")]
+    # a quick plan of another sampler (the Planner's Sequoia beside a Live SpecInfer) leaves it too
+    refiner.want(pair, Settings(temperature=0.7), "specinfer", passing=True)
+    assert (0.65, "sequoia") in [(w.temperature, w.sampler) for w in refiner.pending()]
 
 
 def test_replay_stops_inside_a_prompt(worker):
