@@ -361,15 +361,20 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
     url, ctx = served
     start_a_slow_run(page, url, monkeypatch)
     open_tab(page, "Planner")
-    # the tab's own redraw first: landing after the press (under load), it wrote over the waiting line
     page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.trim().length > 0",
                            timeout=30_000)
+    # the words are watched for as they land: under load, a redraw of the tab that the Live
+    # controls asked for earlier can land after them and write the caption over (the likeliest
+    # reason it failed in two full runs while passing alone)
+    page.evaluate("""() => { window.sqWaitingSaid = false; const caption = document.querySelector('#sq-acc-caption');
+        new MutationObserver(() => { window.sqWaitingSaid ||= caption.innerText.includes(
+            'waiting: the model is busy with a Live run');
+            window.sqTakenBack ||= caption.innerText.includes('will not start'); })
+            .observe(caption, {childList: true, subtree: true, characterData: true}); }""")
     page.click("#sq-measure")
-    page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.includes("
-                           "'waiting: the model is busy with a Live run')", timeout=10_000)
+    page.wait_for_function("window.sqWaitingSaid", timeout=20_000)
     page.click("#sq-profile-stop")   # the Stop beside Profile presses the tab's Stop: takes it back
-    page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.includes('will not start')",
-                           timeout=10_000)
+    page.wait_for_function("window.sqTakenBack", timeout=20_000)
     open_tab(page, "Live")
     page.click("#sq-stop")
     run_ends(page, ctx)
