@@ -75,6 +75,14 @@ def _export_path(choice: dict) -> str | None:
 EXPORT_LABEL = "Export the chosen tree"
 
 
+def _export_for(request, stem: str | None, cannot: dict | None = None):
+    """The session's download button set to the tree written as `stem` (None: no tree, so a
+    format picked now must not fetch the last tree's file), its format kept."""
+    choice = _export_choice(request)
+    choice["stem"], choice["cannot"] = stem, cannot or {}
+    return _export_button(choice)
+
+
 def _export_button(choice: dict):
     """The download button for the chosen tree in the chosen format; greyed, saying why, where
     there is no tree yet or the format cannot express it (a click on a button with no file did
@@ -270,9 +278,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                                                 "expected_tokens": result.expected_tokens,   # no local paths
                                                 "acceptance_note": render.short_paths_in(result.acceptance_note)},
                                       draft=servable_name(pair, "draft"), target=servable_name(pair, "target"))
-            choice = _export_choice(request)
-            choice["stem"], choice["cannot"] = stem, cannot
-            out[export] = _export_button(choice)
+            out[export] = _export_for(request, stem, cannot)
             out[planner_json] = result.summary()
             # "the running job uses it" only for a Live run of this kind (a race keeps its planned trees)
             out[info] = render.plan_line(result, sess.running and sess.run_info.get("kind") == spec.kind)
@@ -284,10 +290,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         else:
             waits_for = _missing_words(missing == "profile", missing != "profile", profiling)
             out[chosen] = plots.empty_figure(f"No tree until the plan has {waits_for}", 420)
-            choice = _export_choice(request)
-            # no tree: a format picked now must not fetch the last one's file
-            choice["stem"], choice["cannot"] = None, {}
-            out[export] = _export_button(choice)
+            out[export] = _export_for(request, None)
             out[planner_json] = {}
         return out
 
@@ -315,12 +318,10 @@ def build(ctx: AppContext, live: dict) -> dict:
         `keep_vector`: the settings were fine, so the acceptance chart drawn for them stays. The
         device profile is drawn as ever (a Profile ending meanwhile, or a new pair, shows)."""
         empty = plots.empty_figure("No plan for these values", 300)
-        choice = _export_choice(request)
-        choice["stem"], choice["cannot"] = None, {}   # no tree: no export of the last one
         worker = ctx.worker
         prof = worker.cached_profile() if worker.pair is not None else None
         out = {info: render.no_plan_line(message), heat: empty, speed: empty, chosen: empty,
-               export: _export_button(choice), planner_json: {},
+               export: _export_for(request, None), planner_json: {},
                **profile_part(prof, prof is None and worker.profiling_now())}
         if not keep_vector:
             out.update({acc_chart: empty, acc_caption: ""})

@@ -526,6 +526,11 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
 
 
 # ---------------------------------------------------------------- race
+def race_height(lanes: int, height: int = 300) -> int:
+    """The race chart's height: `height` for the plot, and a legend line per lane below it."""
+    return height + 20 * max(1, lanes)
+
+
 def race_figure(series: dict, colors: dict | None = None, height: int = 300,
                 labels: dict | None = None) -> go.Figure:
     """Tokens generated vs decoding time, one line per method, named by `labels` (a lane's planned
@@ -541,7 +546,6 @@ def race_figure(series: dict, colors: dict | None = None, height: int = 300,
     fig.update_yaxes(title_text="tokens generated", rangemode="tozero", gridcolor=GRID)
     # the legend's top below the x axis's title: in the half-width column it wraps to one method
     # a line, and from y = -0.25 it covered that title; the figure grows by its lines
-    lines = max(1, len(series))
-    return _base_layout(fig, height + 20 * lines, "Tokens vs time",
+    return _base_layout(fig, race_height(len(series), height), "Tokens vs time",
                         legend=dict(orientation="h", x=0, xanchor="left", y=-0.2 * 300 / height - 0.12,
                                     yanchor="top", font=dict(size=11)))

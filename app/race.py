@@ -7,8 +7,8 @@ import gradio as gr
 
 from app import plots, render
 from app.errors import page_error
-from app.live import (EMPTY_RACE_PROMPT, LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, progress_text, stop_if_taken_back,
-                      taken_back, wire_stop)
+from app.live import (EMPTY_RACE_PROMPT, LIGHT, PAGE_WIRING, TAKEN_BACK, failure_message, model_run, progress_text,
+                      stop_if_taken_back, taken_back, wire_stop)
 from app.state import MAX_PAGE_SEED, RACE_CHOICES, RACE_LABELS, AppContext, settings_from, spec_from
 from engine.errors import UserError
 from engine.models import prompt_is_blank
@@ -93,7 +93,7 @@ def _chart(series, lanes, ended: str | None = None):
     `ended`: what it says once the race has ended with no step (it drew empty 0-1 axes)."""
     # (a lane a Stop ended in its warm-up or prefill still has its last point, 0 tokens at 0 s)
     if ended and not any(tokens for points in series.values() for _, tokens in points):
-        return plots.empty_figure(ended, 300 + 20 * max(1, len(series)))   # as tall as race_figure draws
+        return plots.empty_figure(ended, plots.race_height(len(series)))
     return plots.race_figure(series, labels={lane: info.get("label") for lane, info in lanes.items()},
                              colors={lane: lane_color(lane, k) for k, lane in enumerate(series)})
 
@@ -199,7 +199,8 @@ def build(ctx: AppContext) -> dict:
         with gr.Column(scale=3):
             lanes_html = gr.HTML(_lane_html([], {}), label="Race lanes (HTML)", show_label=False, elem_id="sq-lanes")
         with gr.Column(scale=2):
-            chart = gr.Plot(plots.empty_figure("Tokens over time, one line per method", height=400),
+            chart = gr.Plot(plots.empty_figure("Tokens over time, one line per method",
+                                               height=plots.race_height(len(RACE_CHOICES))),
                             label="Tokens over time chart", show_label=False, elem_id="sq-race-chart")
     # the columns a race fills in (an empty Dataframe would show the headers 1, 2, 3)
     table = gr.Dataframe(value=_table([], {}, greedy=True), label="Result", interactive=False, wrap=True,
@@ -298,18 +299,15 @@ def build(ctx: AppContext) -> dict:
             gr.Info("The race goes on as it started (its lanes keep their trees and settings): "
                     "this change applies to the next race.")
 
-    for control in (budget, depth, temperature, top_k, top_p):
-        control.release(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
-                        **PAGE_WIRING, **LIGHT)
-    for control in (max_new, seed):   # once the box is left (its input fires at every key)
-        control.blur(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
-                     **PAGE_WIRING, **LIGHT)
-    methods.input(control_moved, None, None, show_progress="hidden", trigger_mode="always_last",
-                  **PAGE_WIRING, **LIGHT)
+    # sliders once released, number boxes once left (their input fires at every key)
+    changes = [slider.release for slider in (budget, depth, temperature, top_k, top_p)]
+    for changed in changes + [max_new.blur, seed.blur, methods.input]:
+        changed(control_moved, None, None, show_progress="hidden", trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
 
     inputs = [prompt, methods, budget, depth, temperature, top_p, max_new, seed, top_k]
     run_event = model_run(start, race, inputs, [status, lanes_html, chart, table, verdict, race_json], "race",
-                          prompt_at=0, empty_prompt=EMPTY_RACE_PROMPT, check=lanes_checked, waiting_line_in=status, worker=ctx.worker,
+                          prompt_at=0, empty_prompt=EMPTY_RACE_PROMPT, check=lanes_checked, waiting_line_in=status,
+                          worker=ctx.worker,
                           show_progress="minimal", show_progress_on=[status])
     wire_stop(ctx, stop, "race", status, api_name="stop_race", runs={"race": run_event})
     return {"temperature": temperature, "top_k": top_k, "top_p": top_p, "run_event": run_event}

@@ -378,8 +378,8 @@ def placement(device_map=None, max_memory=None, offload_folder=None) -> dict | N
 
 
 def _not_found_message(source: str, exc: Exception) -> str:
-    if Path(source).exists():
-        folder = Path(source)
+    folder = Path(source)
+    if folder.exists():
         if folder.is_dir() and not (folder / "config.json").exists():
             # (transformers' own words here named no file: "… backend tokenizer from one of: .")
             return (f"'{source}' is a folder but not a model folder: it has no config.json (a Hugging Face "
