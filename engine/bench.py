@@ -418,6 +418,9 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
             lanes = [new_lane(p, ids[i], s, settings) for p, s in zip(runs_on, planned)]
             for _ in run_together(lanes):  # interleaved step by step: engine/interleave.py
                 pass
+            # every lane's rest-of-run check starts from the store as it was before this prompt
+            stored = learning.load(learning_key(pair, settings, domain=domain)) if config.learn else None
+            learners = []
             for s, lane, p in zip(planned, lanes, runs_on):
                 r = lane_result(p, lane)
                 r.update(temperature=temperature, method=s.family, key=s.key, prompt=i, kind=prompt.kind,
@@ -431,12 +434,14 @@ def run_bench(pair: ModelPair, prompts: list[Prompt], config: BenchConfig,
                     r.update(parents=list(s.tree.parents))
                 if prof is not None and s.family != "ar-default-kernels":  # that lane runs on other kernels
                     observed.add_events(costs_seen, prof, r["events"], temperature > 0)
-                _learn(pair, config, settings, s, r, own or vec, acceptance_info[_tkey(temperature)], domain)
+                learner = _learner(pair, config, settings, s, r, own or vec, stored, domain)
+                learners += [learner] if learner is not None else []
                 runs.append(r)
                 name = auto_label(s.tree.size, s.tree.depth) if s.family == "sequoia-auto" else s.key
                 say(f"T={temperature} prompt {i + 1}/{len(prompts)} {name:<24s} {r['tokens']:3d} tok "
                     f"{r['steps']:3d} steps {r['tokens_per_second']:6.2f} tok/s {r['tokens_per_step']:5.2f} tok/step "
                     f"(load {load[0] if load else '?'}; {time.perf_counter() - wall0:.0f} s elapsed)")
+            _store_prompt(learners, settings, acceptance_info[_tkey(temperature)], domain)
             loads.append(load[0] if load else None)
     check = None
     if config.learning_check:  # after every other lane: its evidence never reaches them
@@ -480,15 +485,16 @@ def _auto_for_prompt(spec: MethodSpec, config: BenchConfig, vec, costs, temperat
                    extra={**spec.extra, "chosen_budget": choice.n, "chosen_depth_bound": choice.d})
 
 
-def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: dict, vec, info: dict,
-           domain: str = "") -> None:
-    """Learning on: store the run's censored outcomes (under its prompt domain's key where the
-    planner keeps code and prose apart); add the rest-of-run check to the run."""
+def _learner(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: dict, vec, stored,
+             domain: str = "") -> "learning.Learner | None":
+    """Learning on: the run's learner (its censored outcomes, sorted into opening and rest as a Live
+    run's with the same drift), to be stored with the prompt's other lanes (_store_prompt); adds the
+    rest-of-run check to the run. `stored`: the store as it was before this prompt's lanes."""
     events = r.pop("events")
     if not (config.learn and spec.method.uses_draft and learns_from(spec.method, settings)):
-        return
+        return None
     key = learning_key(pair, settings, domain=domain)
-    start = learning.with_stored(vec, learning.load(key)).probabilities
+    start = learning.with_stored(vec, stored).probabilities
     drift = answer_drift.drift_for(pair.draft_name, pair.target_name, domain, settings.max_new_tokens,
                                    draft_kernels=profiler.draft_kernels(pair))
     rest = rest_of_run(events, spec.tree, start, drift=drift)
@@ -497,13 +503,20 @@ def _learn(pair, config: BenchConfig, settings: Settings, spec: MethodSpec, r: d
         r.update(rest)
     meta = {"draft": pair.draft_name, "target": pair.target_name, "temperature": settings.temperature,
             "top_p": settings.top_p, "sampler": "greedy" if settings.greedy else "sequoia"}
-    # the run's tree stayed fixed; a Learner only sorts its evidence into opening and rest and
-    # stores what a Live run with the same drift would (Learner.record)
     learner = learning.Learner(start, key, meta, base=vec.probabilities, drift=drift)
-    for e in events:
+    for e in events:   # the run's tree stayed fixed: the learner only sorts and stores
         learner.observe(e)
-    stored = learner.record()
-    info.setdefault("learned_by_domain", {})[domain or "pooled"] = {"key": key, "positions": int(stored.nodes),
+    return learner
+
+
+def _store_prompt(learners: list, settings: Settings, info: dict, domain: str = "") -> None:
+    """Store what one prompt's lanes observed, as a race's lanes are stored: at T = 0 their one
+    greedy answer once (learning.store_answers), so the store counts prompts, not lanes."""
+    stored = learning.store_answers(learners, settings.greedy)
+    if stored is None:
+        return
+    info.setdefault("learned_by_domain", {})[domain or "pooled"] = {"key": learners[0].key,
+                                                                    "positions": int(stored.nodes),
                                                                     "runs": stored.runs}
     info["learned"] = info["learned_by_domain"][domain or "pooled"]
 
@@ -517,7 +530,9 @@ DEFINITIONS = {
     "tokens_per_step": "all step yields / all steps, pooled over prompts; a step's yield is accepted nodes + bonus, "
                        "also for the last step when max-new-tokens cut it (Wald: unbiased for the mean yield)",
     "truncated_tokens": "tokens the max-new-tokens limit cut from the last step (counted in tokens/step only)",
-    "learn": "config.learn: each run's censored acceptance outcomes were stored (engine/learning.py)",
+    "learn": "config.learn: the runs' censored acceptance outcomes were stored (engine/learning.py), each prompt's "
+             "lanes after the prompt: at T = 0 their one greedy answer once (learning.store_answers), sampled "
+             "lanes each; every lane's rest check starts from the store as it was before its prompt",
     "rest_error": "learning check on runs longer than LEARN_AFTER tokens: F(tree) under the posterior after the "
                   "first LEARN_AFTER tokens (drifted to the rest of the answer where a measured ratio applies, "
                   "engine/answer_drift.py) over the rest's observed tokens/step, minus 1; rest_drift_kernels: the "

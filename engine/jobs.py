@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine import profiler
-from engine.learning import one_answer
+from engine.learning import store_answers
 from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, learner_for, profile_budget
 from engine.prompts import default_prompts
 from engine.settings import Settings
@@ -231,23 +231,8 @@ def race_job(ctx, prompt, specs, settings: Settings, chat, warmup_tokens: int, l
                           "tokens_per_second": last.tokens_per_second, "text": last.text,
                           "token_ids": last.token_ids, "finish_reason": last.finish_reason,
                           "expected_tokens": result.expected_tokens})
-    _store_lanes(learners, settings)
+    store_answers(learners, settings.greedy)   # at T = 0 the lanes' one greedy answer, once
     return summaries
-
-
-def _store_lanes(learners, settings: Settings) -> None:
-    """A race's learning lanes store what they observed. At T = 0 they gave one greedy answer, so
-    they store it once (learning.one_answer: one run, not one per lane); sampled lanes are
-    answers of their own."""
-    if not settings.greedy:
-        for learner in learners:
-            learner.record()
-        return
-    by_key: dict = {}
-    for learner in learners:   # one key at one setting; grouped all the same, as record() keys them
-        by_key.setdefault(learner.key, []).append(learner)
-    for same in by_key.values():
-        same[0].record(one_answer([learner.to_store for learner in same]))
 
 
 def measure_job(ctx, temperature, top_p, sampler, prompts, force, top_k: int = 0):

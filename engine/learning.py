@@ -149,6 +149,23 @@ def one_answer(lanes: list[Evidence]) -> Evidence:
     return out
 
 
+def store_answers(learners: list["Learner"], greedy: bool) -> Evidence | None:
+    """Store what runs of one prompt, run side by side, observed (a race's lanes, a bench prompt's
+    lanes); returns the last store written. At T = 0 they gave one greedy answer, so each key
+    stores it once (one_answer: one run, not one per lane); sampled runs are answers of their own."""
+    stored = None
+    if not greedy:
+        for learner in learners:
+            stored = learner.record() or stored
+        return stored
+    by_key: dict = {}
+    for learner in learners:   # one key per setting and domain, as record() keys them
+        by_key.setdefault(learner.key, []).append(learner)
+    for same in by_key.values():
+        stored = same[0].record(one_answer([learner.to_store for learner in same])) or stored
+    return stored
+
+
 def step_evidence(event) -> Evidence:
     """The censored outcomes of one StepEvent (empty for an event without a tree step)."""
     ev = Evidence()

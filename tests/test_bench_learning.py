@@ -155,7 +155,7 @@ def test_past_the_boundary_the_posterior_is_for_the_rest_of_the_answer(monkeypat
 
 
 def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_path):
-    """bench._learn (learning on in a bench run) predicts a run's rest with the drift of the run's
+    """bench._learner (learning on in a bench run) predicts a run's rest with the drift of the run's
     prompt domain and length, as the learner of a Live run would."""
     from engine import answer_drift, methods
     from engine.decoding import generate
@@ -168,7 +168,8 @@ def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_p
     steps = [e for e in events if e.nodes]
     r = {"events": steps}
     vec, info = _vec(pair), {}
-    bench._learn(pair, _config(learn=True), settings, spec, r, vec, info, domain="prose")
+    learner = bench._learner(pair, _config(learn=True), settings, spec, r, vec, learning.Evidence(), domain="prose")
+    bench._store_prompt([learner], settings, info, domain="prose")
     assert calls == [dict(domain="prose", horizon=96, opening=None, draft_kernels=profiler.draft_kernels(pair))]
     head = learning.events_evidence(steps[:_boundary(steps, 64)])
     want = spec.tree.expected_tokens(learning.rest_posterior(START, head, learning.Evidence(),
@@ -177,6 +178,33 @@ def test_the_bench_rows_rest_check_uses_the_runs_domain_drift(monkeypatch, tmp_p
     assert (r["rest_over_opening"], r["rest_prior_weight"]) == (0.6, 48)
     # as a Learner with a drift: only the opening's evidence is stored (the next start is an opening rate)
     assert info["learned_by_domain"]["prose"]["positions"] == head.nodes < learning.events_evidence(steps).nodes
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_a_bench_prompts_lanes_store_one_greedy_answer_once(temperature, monkeypatch):
+    """At T = 0 a bench prompt's Sequoia lanes give one greedy answer: the settings' store gains one
+    run per prompt, as a race's lanes add one (they added one per lane, so the store the learning
+    check starts from weighed each answer as many times as the bench had learning lanes); sampled
+    lanes are answers of their own. Every lane's rest check starts from the store as it was before
+    its prompt (a later lane's start held the earlier lanes' answer of the same prompt)."""
+    pair = tiny_pair("llama", noise=0.15)
+    config = bench.BenchConfig(temperatures=(temperature,), auto=False, budgets=(4, 8), chain_depths=(),
+                               specinfer=(), match_specinfer=False, max_new_tokens=80, warmup_tokens=2,
+                               acceptance_width=4, acceptance_tokens=8, seed=1, ignore_eos=True)
+    starts, real = [], learning.with_stored
+
+    def seen(vec, stored):   # the store each lane's rest check starts from
+        starts.append((stored.runs, stored.nodes))
+        return real(vec, stored)
+    monkeypatch.setattr(learning, "with_stored", seen)
+    report = bench.run_bench(pair, PROMPTS, config, progress=lambda *_: None)
+    settings = Settings(temperature=temperature, top_p=config.top_p, top_k=config.top_k)
+    runs = sum(learning.load(planning.learning_key(pair, settings, domain=d)).runs for d in ("", "code", "prose"))
+    lanes = [r for r in report["runs"] if r["method"] == "sequoia"]
+    assert len(lanes) == 2 * len(PROMPTS)
+    assert runs == (len(PROMPTS) if temperature == 0 else len(lanes))
+    assert len(starts) == len(lanes) and starts[0] == (0, 0.0)
+    assert all(starts[i] == starts[i + 1] for i in range(0, len(starts), 2)), starts   # a prompt's two lanes
 
 
 def test_the_hardware_aware_plan_learns_and_freezes_too(monkeypatch):
