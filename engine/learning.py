@@ -67,7 +67,7 @@ STORED_CAP = 2048.0   # stored evidence keeps at most this many rank-1 trials (o
 MAX_TOTAL = 0.999     # a pooled vector's sum is scaled down to this when it exceeds 1
 MIN_CHANGE = 0.01     # re-plan when some rank of the posterior moved by more than this
 # Stored evidence format: 2 = where a drift applies only the opening is stored (Learner.record,
-# bench._learn). Files before it hold whole runs, rests included, which would make every start
+# bench._learner). Files before it hold whole runs, rests included, which would make every start
 # look like an answer's easier rest: they are ignored (the evidence re-accumulates).
 STORED_FORMAT = 2
 
