@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+import time
 from collections import OrderedDict
 from pathlib import Path
 
 import gradio as gr
 
-from app import plots, render
+from app import plots, render, waiting
 from app.errors import page_error
 from app.live import (LIGHT, PAGE_WIRING, PROFILING_NOW, TAKEN_BACK, failure_message, model_run, no_pair_text,
                       progress_text, stop_if_taken_back, taken_back, wire_stop)
@@ -73,6 +74,10 @@ def _export_path(choice: dict) -> str | None:
 
 
 EXPORT_LABEL = "Export the chosen tree"
+# how long after a Measure or Profile press a Planner redraw leaves that caption alone: it covers the
+# press's field check and Gradio queueing the run (after which the queue says so), well under a second;
+# short, since a press the field check refuses is never queued and its caption must follow new values
+PRESS_SECONDS = 2.0
 
 
 def _export_for(request, stem: str | None, cannot: dict | None = None):
@@ -327,13 +332,37 @@ def build(ctx: AppContext, live: dict) -> dict:
             out.update({acc_chart: empty, acc_caption: ""})
         return out
 
+    caption_of = {"measurement": acc_caption, "profile": prof_caption}
+
+    def captions_in_use(request) -> set:
+        """The captions of this page's Measure and Profile that were just pressed, wait in Gradio's
+        queue or run now: a redraw leaves their waiting or progress line. It wrote the vector's or
+        the profile's words over "… waiting: the model is busy", as if nothing had been pressed.
+        (A redraw that checked this before the press and whose output lands after it still does.)"""
+        sess = ctx.sessions.get(request)
+        now = time.monotonic()
+        used = {name for name, at in sess.planner_pressed.items() if now - at < PRESS_SECONDS}
+        names, blocks = ctx.run_events.get("planner") or {}, ctx.sessions.blocks
+        if blocks is not None and names:
+            key = getattr(request, "session_hash", None)
+            mine = {**waiting.waiting(blocks, key, names), **waiting.started(blocks, key, names)}
+            used |= {names[fn] for fn in mine.values() if fn in names}
+        return {caption_of[name] for name in used if name in caption_of}
+
     def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                 request: gr.Request = None):
         """The tab redrawn; dropped when a newer redraw was asked for meanwhile (the newest wins)."""
         sess = ctx.sessions.get(request)
         ticket = sess.planner_views.ask()
         out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
-        return {info: gr.skip()} if sess.planner_views.superseded(ticket) else out
+        if sess.planner_views.superseded(ticket):
+            return {info: gr.skip()}
+        return {**out, **{caption: gr.skip() for caption in captions_in_use(request)}}
+
+    def pressed(name: str):
+        def note_press(request: gr.Request = None):
+            ctx.sessions.get(request).planner_pressed[name] = time.monotonic()
+        return note_press
 
     def run_measure(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                     request: gr.Request = None):
@@ -423,6 +452,9 @@ def build(ctx: AppContext, live: dict) -> dict:
                          show_progress_on=[acc_caption], waiting_line_in=acc_caption, worker=ctx.worker)
     profiled = model_run(profile, run_profile, settings_inputs, outputs, "profile", show_progress="minimal",
                          show_progress_on=[prof_caption], waiting_line_in=prof_caption, worker=ctx.worker)
+    for button, name in ((measure, "measurement"), (profile, "profile")):
+        button.click(pressed(name), None, None, api_name=f"{name}_pressed", show_progress="hidden", **PAGE_WIRING,
+                     **LIGHT)
 
     def choose_export_format(fmt_v, request: gr.Request):
         if fmt_v not in tree_export.FORMATS:

@@ -106,6 +106,9 @@ class Session:
     # Planner tab redraws: a tab select, an import and a new profile each redraw it, and a slow one
     # ending last (the tab select's, planned for the method before an import) put back the old plan
     planner_views: NewestWins = field(default_factory=NewestWins)
+    # Measure and Profile presses ({"measurement" | "profile": time.monotonic()}): a redraw finishing
+    # just after a press leaves that caption's waiting or progress line (app/planner_tab.py)
+    planner_pressed: dict = field(default_factory=dict)
     plan_after_run: bool = False          # re-plan once the run ends: a control that re-plans was changed
                                           # while it went, or it learned (learning on, or a race)
     plan_profile: Any = None              # the device profile's stamp when the header last planned

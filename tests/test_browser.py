@@ -360,12 +360,24 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
     that run ended (a helper's walk-through, behind a race); its caption now says what it waits for."""
     url, ctx = served
     start_a_slow_run(page, url, monkeypatch)
+    asked = lambda: sum(sess.planner_views._asked for sess in list(ctx.sessions._items.values()))  # noqa: E731
+
+    def redrawn(before: int) -> None:
+        deadline = time.time() + 20
+        while asked() == before and time.time() < deadline:
+            time.sleep(0.1)
+        assert asked() > before, "the Planner was not redrawn"
+        time.sleep(2)   # for the redraw's output to land
+
+    before = asked()
     open_tab(page, "Planner")
     page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.trim().length > 0",
                            timeout=30_000)
-    # the words are watched for as they land: under load, a redraw of the tab that the Live
-    # controls asked for earlier can land after them and write the caption over (the likeliest
-    # reason it failed in two full runs while passing alone)
+    # the tab select's redraw lands first: one computed before the press and landing after it
+    # still writes the caption over (Gradio sends its output after the check of the queue)
+    redrawn(before)
+    # the words are watched for as they land (under load, a redraw the Live controls asked for
+    # earlier can still land after them)
     page.evaluate("""() => { window.sqWaitingSaid = false; const caption = document.querySelector('#sq-acc-caption');
         new MutationObserver(() => { window.sqWaitingSaid ||= caption.innerText.includes(
             'waiting: the model is busy with a Live run');
@@ -373,6 +385,16 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
             .observe(caption, {childList: true, subtree: true, characterData: true}); }""")
     page.click("#sq-measure")
     page.wait_for_function("window.sqWaitingSaid", timeout=20_000)
+    # a redraw of the tab (here: the tab opened again) leaves the waiting line: it wrote the
+    # vector's words over it, as if Measure had not been pressed
+    page.evaluate("""() => { window.sqWaitingLost = ''; const caption = document.querySelector('#sq-acc-caption');
+        new MutationObserver(() => { if (!caption.innerText.includes('waiting')) window.sqWaitingLost ||= Date.now()/1000 + ' ' + caption.innerText; })
+            .observe(caption, {childList: true, subtree: true, characterData: true}); }""")
+    before = asked()
+    open_tab(page, "Live")
+    open_tab(page, "Planner")
+    redrawn(before)
+    assert not page.evaluate("window.sqWaitingLost"), page.evaluate("window.sqWaitingLost")
     page.click("#sq-profile-stop")   # the Stop beside Profile presses the tab's Stop: takes it back
     page.wait_for_function("window.sqTakenBack", timeout=20_000)
     open_tab(page, "Live")
