@@ -14,7 +14,7 @@ import gradio as gr
 from app import plots, render, waiting
 from app.errors import page_error
 from app.live import (LIGHT, PAGE_WIRING, PROFILING_NOW, TAKEN_BACK, failure_message, model_run, no_pair_text,
-                      progress_text, stop_if_taken_back, taken_back, wire_stop)
+                      progress_text, stop_if_taken_back, taken_back, waiting_line, wire_stop)
 from app.state import METHOD_LABELS, AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -334,20 +334,26 @@ def build(ctx: AppContext, live: dict) -> dict:
 
     caption_of = {"measurement": acc_caption, "profile": prof_caption}
 
-    def captions_in_use(request) -> set:
-        """The captions of this page's Measure and Profile that were just pressed, wait in Gradio's
-        queue or run now: a redraw leaves their waiting or progress line. It wrote the vector's or
-        the profile's words over "… waiting: the model is busy", as if nothing had been pressed.
-        (A redraw that checked this before the press and whose output lands after it still does.)"""
+    def captions_in_use(request) -> dict:
+        """What a redraw writes in the captions of this page's Measure and Profile that were just
+        pressed, wait in Gradio's queue or run now, instead of the vector's or the profile's words
+        (written over "… waiting: the model is busy", as if nothing had been pressed): a run that
+        waits, its waiting line again (a redraw that checked before the press and landed after it
+        had written it over); one that runs or was just pressed, nothing (its own line stays)."""
         sess = ctx.sessions.get(request)
         now = time.monotonic()
-        used = {name for name, at in sess.planner_pressed.items() if now - at < PRESS_SECONDS}
+        out = {caption_of[name]: gr.skip() for name, at in sess.planner_pressed.items()
+               if now - at < PRESS_SECONDS and name in caption_of}
         names, blocks = ctx.run_events.get("planner") or {}, ctx.sessions.blocks
-        if blocks is not None and names:
-            key = getattr(request, "session_hash", None)
-            mine = {**waiting.waiting(blocks, key, names), **waiting.started(blocks, key, names)}
-            used |= {names[fn] for fn in mine.values() if fn in names}
-        return {caption_of[name] for name in used if name in caption_of}
+        if blocks is None or not names:
+            return out
+        key = getattr(request, "session_hash", None)
+        for fn in waiting.started(blocks, key, names).values():
+            out[caption_of[names[fn]]] = gr.skip()
+        for event_id, fn in waiting.waiting(blocks, key, names).items():
+            taken_back = event_id in sess.taken_back   # (its Stop's reply says it will not start)
+            out[caption_of[names[fn]]] = gr.skip() if taken_back else waiting_line(ctx.worker.status())
+        return out
 
     def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                 request: gr.Request = None):
@@ -357,7 +363,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
         if sess.planner_views.superseded(ticket):
             return {info: gr.skip()}
-        return {**out, **{caption: gr.skip() for caption in captions_in_use(request)}}
+        return {**out, **captions_in_use(request)}
 
     def pressed(name: str):
         def note_press(request: gr.Request = None):

@@ -397,6 +397,12 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
     assert not page.evaluate("window.sqWaitingLost"), page.evaluate("window.sqWaitingLost")
     page.click("#sq-profile-stop")   # the Stop beside Profile presses the tab's Stop: takes it back
     page.wait_for_function("window.sqTakenBack", timeout=20_000)
+    # taken back, it still waits in Gradio's queue until its turn: a redraw leaves the Stop's reply
+    before = asked()
+    open_tab(page, "Live")
+    open_tab(page, "Planner")
+    redrawn(before)
+    assert "will not start" in page.locator("#sq-acc-caption").inner_text()
     open_tab(page, "Live")
     page.click("#sq-stop")
     run_ends(page, ctx)
