@@ -706,30 +706,24 @@ TAKEN_BACK = "■ Stopped before it started (Stop took it back while it waited f
 
 
 def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict | None = None,
-              stopping: str = STOPPING, line_is_content: bool = False) -> None:
+              stopping: str = STOPPING) -> None:
     """A tab's Stop button: stops this tab's own jobs, takes back its `runs` (what each is called:
     the event the tab wired) that wait in Gradio's queue, and says so in the tab's status `line`
     (Session.stop_tab, stop_reply); then, once that reply is shown, puts back the line the stopped
     run ended with if it has ended meanwhile (Session.line_after_stop: the reply can land last).
-    `line_is_content`: the line shows more than runs (the Planner's acceptance caption), so a Stop
-    with nothing going anywhere says so in a toast and leaves it (the caption was replaced)."""
+    The Planner's Stop is app/planner_stop.py (its two captions show more than runs)."""
     ctx.run_events[tab] = waiting.event_ids(runs or {})
 
-    def stop(shown=None, request: gr.Request = None):
+    def stop(request: gr.Request = None):
         took_back = take_back_waiting(ctx, request, tab)
         stopped = ctx.sessions.get(request).stop_tab(tab)
-        reply = stop_reply(stopped, tab, took_back, stopping)
-        if line_is_content and stopped is None and not took_back and shown:   # (a script gives none: the reply)
-            gr.Info(reply)
-            return shown
-        return reply
+        return stop_reply(stopped, tab, took_back, stopping)
 
     def line_after_stop(request: gr.Request):
         ended = ctx.sessions.get(request).line_after_stop(tab)
         return gr.skip() if ended is None else ended
 
-    button.click(stop, [line] if line_is_content else None, line, api_name=api_name, show_progress="hidden",
-                 **LIGHT).then(
+    button.click(stop, None, line, api_name=api_name, show_progress="hidden", **LIGHT).then(
         line_after_stop, None, line, api_name=f"line_after_{api_name}", show_progress="hidden", **PAGE_WIRING,
         **LIGHT)
 

@@ -14,7 +14,8 @@ import gradio as gr
 from app import plots, render, waiting
 from app.errors import page_error
 from app.live import (LIGHT, PAGE_WIRING, PROFILING_NOW, TAKEN_BACK, failure_message, model_run, no_pair_text,
-                      progress_text, stop_if_taken_back, taken_back, waiting_line, wire_stop)
+                      progress_text, stop_if_taken_back, taken_back, waiting_line)
+from app.planner_stop import wire_planner_stop
 from app.state import METHOD_LABELS, AppContext, read_tree_file, settings_from, spec_from
 from engine import export as tree_export
 from engine import interpolation
@@ -124,8 +125,8 @@ def build(ctx: AppContext, live: dict) -> dict:
             prof_caption = gr.Markdown("", label="Profile caption", show_label=False)
             with gr.Row():
                 profile = gr.Button("Profile this device", elem_id="sq-profile-btn", scale=3)
-                # the tab's one Stop (beside Measure) was scrolled away with Profile in view: this
-                # one presses it, so both stop whatever the tab runs, alike
+                # the tab's Stop again (the one beside Measure was scrolled away with Profile in
+                # view): both stop whatever the tab runs, alike (app/planner_stop.py)
                 profile_stop = gr.Button("Stop", variant="stop", elem_id="sq-profile-stop", scale=1, min_width=80)
         with gr.Column():
             speed = gr.Plot(label="Predicted speedup chart", show_label=False, elem_id="sq-speedup")
@@ -375,6 +376,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         if taken_back(ctx, request, "planner"):
             yield {acc_caption: TAKEN_BACK}
             return
+        ctx.sessions.get(request).planner_run = "measurement"
         try:
             settings = settings_from(temp_v, top_p_v, top_k=top_k_v)
             job = ctx.sessions.get(request).aux = ctx.worker.measure(settings.temperature, settings.top_p, force=True,
@@ -392,6 +394,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         if taken_back(ctx, request, "planner"):
             yield {prof_caption: TAKEN_BACK}
             return
+        ctx.sessions.get(request).planner_run = "profile"
         job = ctx.sessions.get(request).aux = ctx.worker.profile(force=True)
         stop_if_taken_back(ctx, request, "planner", job)
         yield from _follow(job, prof_caption, "profiling", ctx.sessions.get(request))
@@ -421,7 +424,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         caption = {"Measuring": acc_caption, "Profiling": prof_caption}.get(stopped)
         if caption in out:
             out[caption] = f"■ **{stopped} stopped**: nothing new was saved; what follows is from before. " + out[caption]
-        sess.run_ended("planner", out.get(acc_caption, ""))
+        sess.run_ended("planner", out.get(caption_of[sess.planner_run], ""))   # the caption its Stop replies in
         return out
 
     def import_tree(path, request: gr.Request):
@@ -472,9 +475,8 @@ def build(ctx: AppContext, live: dict) -> dict:
     export_format.change(choose_export_format, export_format, export, api_name="export_format",
                          show_progress="hidden", **LIGHT)
 
-    profile_stop.click(None, js="() => { document.querySelector('#sq-planner-stop')?.click(); }", **PAGE_WIRING)
-    wire_stop(ctx, stop, "planner", acc_caption, api_name="stop_measuring",
-              runs={"measurement": measured, "profile": profiled}, line_is_content=True)
+    wire_planner_stop(ctx, {"stop_measuring": stop, "stop_profiling": profile_stop}, caption_of,
+                      runs={"measurement": measured, "profile": profiled})
     imported = upload.upload(import_tree, upload, [import_status, chosen, live["method"], upload, planner_json],
                              api_name="import_tree", show_progress="hidden", **LIGHT)
     if "replan_when_idle" in live:   # a second import leaves the method as it was: no change event re-plans

@@ -90,6 +90,7 @@ class Session:
     job: Any = None                       # the running/last generate or race Job
     # one slot per kind of side job, so that one never hides another from its tab's Stop
     aux: Any = None                       # the Planner's measurement or profile
+    planner_run: str = "measurement"      # which of the two the Planner ran last (its caption gets its Stop's reply)
     plan_jobs: list = field(default_factory=list)   # the measurements Live re-plans needed (add_plan_job)
     check_job: Any = None                 # the Models tab's pair check
     load_job: Any = None                  # the Models tab's pair load

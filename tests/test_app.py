@@ -154,12 +154,15 @@ def test_measure_profile_and_load_models_are_usable(served, client):
     assert served["ctx"].worker.describe()["draft"] == served["draft"]  # the loaded pair stayed
 
 
-def test_the_planners_stop_with_nothing_going_leaves_its_caption(served, client):
-    """The Planner's Stop writes into the acceptance caption; pressed with nothing going anywhere
-    it replaced the caption with "Nothing is running in this tab." (a helper's walk-through): it
-    says so in a toast and gives the caption back as it was."""
-    reply = client.predict("**1531 positions** measured …", api_name="/stop_measuring")
-    assert reply == "**1531 positions** measured …"
+def test_the_planners_stop_with_nothing_going_leaves_its_captions(served, client):
+    """The Planner's Stop writes into the caption of the run it stops; pressed with nothing going
+    anywhere it replaced the acceptance caption with "Nothing is running in this tab." (a helper's
+    walk-through): a page (which sends the captions) gets it in a toast, the captions unchanged;
+    a script (which sends none) gets the reply."""
+    unchanged = {"__type__": "update"}
+    for stop in ("/stop_measuring", "/stop_profiling"):
+        assert client.predict("**1531 positions** measured …", "Profile: …", api_name=stop) == (unchanged, unchanged)
+        assert client.predict(api_name=stop)[0] == "Nothing is running in this tab."
 
 
 def test_every_event_has_an_api_name(served):

@@ -879,8 +879,9 @@ def test_a_tabs_stop_leaves_another_tabs_run_going(served, client, jobs):
     try:
         assert wait_for(lambda: any(j.state == "running" for j in jobs), 30)
         running = next(j for j in jobs if j.name == "race")
-        for other_stop in ("/stop", "/stop_measuring"):
+        for other_stop in ("/stop", "/stop_measuring", "/stop_profiling"):
             reply = client.predict(api_name=other_stop)
+            reply = reply[0] if isinstance(reply, tuple) else reply   # the Planner's: (its two captions)
             assert "Race tab" in reply and not running.stop_requested, (other_stop, reply)
         assert running.state == "running"
         assert "stopping" in client.predict(api_name="/stop_race")
@@ -928,8 +929,9 @@ def test_a_run_waiting_for_the_model_is_taken_back_by_its_tabs_stop(served, clie
                                          ctx.run_events["race"] | ctx.run_events["planner"])
         assert wait_for(lambda: len(queued()) == 2, 30)
         assert client.predict(api_name="/stop_race") == "■ The race waiting for the model will not start."
-        assert client.predict(api_name="/stop_measuring") == ("■ The measurement waiting for the model will "
-                                                               "not start.")
+        # (said in the measurement's caption, the first of the Planner Stop's two)
+        assert client.predict(api_name="/stop_measuring")[0] == ("■ The measurement waiting for the model will "
+                                                                  "not start.")
         assert live.state == "running" and not live.stop_requested
         assert client.predict(api_name="/stop").startswith("■ stopping after the current step")
         assert "Stop took it back" in race.result(timeout=60)[0]

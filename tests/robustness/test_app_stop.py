@@ -42,10 +42,13 @@ def test_stop_pressed_during_a_forward_ends_the_run_exactly(served, client, refe
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("endpoint,kind,what", [("/measure", "acceptance", "measuring acceptance"),
-                                               ("/profile", "profiles", "profiling")])
+# each run stopped by the Stop beside the other's button: the reply lands in the stopped run's own
+# caption (the Stop beside Profile wrote "stopping…" under Measure, out of sight of the profile)
+@pytest.mark.parametrize("endpoint,kind,what,stop,caption", [
+    ("/measure", "acceptance", "measuring acceptance", "/stop_profiling", 0),
+    ("/profile", "profiles", "profiling", "/stop_measuring", 1)])
 def test_stop_pressed_while_measuring_writes_nothing_and_frees_the_worker(served, client, reference, jobs,
-                                                                           endpoint, kind, what):
+                                                                           endpoint, kind, what, stop, caption):
     client.predict("sequoia", 8, 4, False, 0.5, 1, api_name=endpoint)  # one finished measurement to keep
     before = snapshot(kind)
     assert before
@@ -55,7 +58,8 @@ def test_stop_pressed_while_measuring_writes_nothing_and_frees_the_worker(served
         page = client.submit("sequoia", 8, 4, False, 0.5, 1, api_name=endpoint)
         assert hold.entered.wait(60), f"{endpoint} never reached the target's 3rd forward"
         measuring = next(j for j in jobs if j.name != "generate")
-        assert "stopping" in client.predict(api_name="/stop_measuring")
+        replies = client.predict(api_name=stop)   # (acceptance caption, profile caption)
+        assert "stopping" in replies[caption] and replies[1 - caption] == {"__type__": "update"}, replies
         assert measuring.stop_requested and measuring.state == "running"
         hold.released.set()
         updates = [u for u in page]
