@@ -81,6 +81,28 @@ EXPORT_LABEL = "Export the chosen tree"
 PRESS_SECONDS = 2.0
 
 
+def captions_in_use(ctx: AppContext, request, caption_of: dict) -> dict:
+    """What a redraw writes in the captions (`caption_of`: {"measurement" | "profile": caption}) of
+    this page's Measure and Profile that were just pressed, wait in Gradio's queue or run now,
+    instead of the vector's or the profile's words (written over "… waiting: the model is busy", as
+    if nothing had been pressed): a run that waits, its waiting line again; one that runs or was just
+    pressed, nothing (its own line stays)."""
+    sess = ctx.sessions.get(request)
+    now = time.monotonic()
+    out = {caption_of[name]: gr.skip() for name, at in sess.planner_pressed.items()
+           if now - at < PRESS_SECONDS and name in caption_of}
+    names, blocks = ctx.run_events.get("planner") or {}, ctx.sessions.blocks
+    if blocks is None or not names:
+        return out
+    key = getattr(request, "session_hash", None)
+    for fn in waiting.started(blocks, key, names).values():
+        out[caption_of[names[fn]]] = gr.skip()
+    for event_id, fn in waiting.waiting(blocks, key, names).items():
+        taken_back = event_id in sess.taken_back   # (its Stop's reply says it will not start)
+        out[caption_of[names[fn]]] = gr.skip() if taken_back else waiting_line(ctx.worker.status())
+    return out
+
+
 def _export_for(request, stem: str | None, cannot: dict | None = None):
     """The session's download button set to the tree written as `stem` (None: no tree, so a
     format picked now must not fetch the last tree's file), its format kept."""
@@ -335,27 +357,6 @@ def build(ctx: AppContext, live: dict) -> dict:
 
     caption_of = {"measurement": acc_caption, "profile": prof_caption}
 
-    def captions_in_use(request) -> dict:
-        """What a redraw writes in the captions of this page's Measure and Profile that were just
-        pressed, wait in Gradio's queue or run now, instead of the vector's or the profile's words
-        (written over "… waiting: the model is busy", as if nothing had been pressed): a run that
-        waits, its waiting line again (a redraw that checked before the press and landed after it
-        had written it over); one that runs or was just pressed, nothing (its own line stays)."""
-        sess = ctx.sessions.get(request)
-        now = time.monotonic()
-        out = {caption_of[name]: gr.skip() for name, at in sess.planner_pressed.items()
-               if now - at < PRESS_SECONDS and name in caption_of}
-        names, blocks = ctx.run_events.get("planner") or {}, ctx.sessions.blocks
-        if blocks is None or not names:
-            return out
-        key = getattr(request, "session_hash", None)
-        for fn in waiting.started(blocks, key, names).values():
-            out[caption_of[names[fn]]] = gr.skip()
-        for event_id, fn in waiting.waiting(blocks, key, names).items():
-            taken_back = event_id in sess.taken_back   # (its Stop's reply says it will not start)
-            out[caption_of[names[fn]]] = gr.skip() if taken_back else waiting_line(ctx.worker.status())
-        return out
-
     def refresh(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v=0, prompt_v=None, max_new_v=64,
                 request: gr.Request = None):
         """The tab redrawn; dropped when a newer redraw was asked for meanwhile (the newest wins)."""
@@ -364,7 +365,13 @@ def build(ctx: AppContext, live: dict) -> dict:
         out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
         if sess.planner_views.superseded(ticket):
             return {info: gr.skip()}
-        return {**out, **captions_in_use(request)}
+        return {**out, **captions_in_use(ctx, request, caption_of)}
+
+    def waiting_lines_again(request: gr.Request = None):
+        """Chained after every redraw, once its output has landed: a redraw checked Gradio's queue
+        before its figures were made and sent, so a Measure or Profile pressed meanwhile had its
+        waiting line written over with the vector's or profile's words until the next redraw."""
+        return {acc_caption: gr.skip(), **captions_in_use(ctx, request, caption_of)}
 
     def pressed(name: str):
         def note_press(request: gr.Request = None):
@@ -454,7 +461,10 @@ def build(ctx: AppContext, live: dict) -> dict:
 
     refresh_event = dict(show_progress="hidden", **LIGHT)
     tab = live["planner_tab"]
-    tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
+    captions = [acc_caption, prof_caption]
+    again = dict(show_progress="hidden", **PAGE_WIRING, **LIGHT)   # (chained after each redraw)
+    tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event).then(
+        waiting_lines_again, None, captions, **again)
     # pressed while another job holds the model (a race, another page's run), each caption says so:
     # the button only greyed, with nothing said until that job ended
     measured = model_run(measure, run_measure, settings_inputs, outputs, "measure", show_progress="minimal",
@@ -488,8 +498,8 @@ def build(ctx: AppContext, live: dict) -> dict:
     # always_last: a second import while the first one's redraw still ran was dropped by the
     # page (Gradio's default "once"), and the tab kept showing the first tree
     imported.success(refresh, settings_inputs, outputs, api_name="planner_on_import", trigger_mode="always_last",
-                     **PAGE_WIRING, **refresh_event)
-    return {"refresh": (refresh, settings_inputs, outputs)}
+                     **PAGE_WIRING, **refresh_event).then(waiting_lines_again, None, captions, **again)
+    return {"refresh": (refresh, settings_inputs, outputs), "waiting_lines_again": (waiting_lines_again, captions)}
 
 
 def _follow(job, caption, what: str, sess):

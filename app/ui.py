@@ -162,9 +162,12 @@ def build(ctx: AppContext, defaults: dict | None = None) -> gr.Blocks:
             return planner_fn(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
                               request=request)
 
+        waiting_lines_again, planner_captions = planner_parts["waiting_lines_again"]
         profile_shown.change(planner_on_new_profile, planner_inputs, planner_outputs,
                              api_name="planner_on_new_profile", show_progress="hidden", concurrency_limit=None,
-                             **live.PAGE_WIRING)
+                             **live.PAGE_WIRING).then(
+            waiting_lines_again, None, planner_captions, show_progress="hidden", concurrency_limit=None,
+            **live.PAGE_WIRING)
         demo.load(page_open, plan_inputs, [*plan_outputs, header, pair_info, pair_memory], api_name="first_plan",
                   show_progress="hidden", concurrency_limit=None, **live.PAGE_WIRING)
         demo.unload(ctx.sessions.drop)

@@ -395,7 +395,7 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
     open_tab(page, "Planner")
     redrawn(before)
     assert not page.evaluate("window.sqWaitingLost"), page.evaluate("window.sqWaitingLost")
-    page.click("#sq-profile-stop")   # the Stop beside Profile presses the tab's Stop: takes it back
+    page.click("#sq-profile-stop")   # the Stop beside Profile takes it back, said in the measurement's caption
     page.wait_for_function("window.sqTakenBack", timeout=20_000)
     # taken back, it still waits in Gradio's queue until its turn: a redraw leaves the Stop's reply
     before = asked()
@@ -408,6 +408,49 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
     run_ends(page, ctx)
     assert not page_errors(page), page_errors(page)
 
+
+def test_a_redraw_landing_after_measure_was_pressed_gives_its_waiting_line_back(served, page, monkeypatch):
+    """A Planner redraw checks Gradio's queue for this page's Measure before its figures are made
+    and sent: Measure pressed in between had its waiting line written over with the vector's words,
+    which stayed until the next redraw. Here the tab select's redraw is held 3 s after that check."""
+    import threading
+
+    from app import planner_tab
+    url, ctx = served
+    start_a_slow_run(page, url, monkeypatch)
+    original, checked, armed = planner_tab.captions_in_use, threading.Event(), [True]
+
+    def checked_early(*args):
+        out = original(*args)
+        if armed and armed.pop():   # the next redraw's check: its output lands 3 s later
+            checked.set()
+            time.sleep(3)
+        return out
+
+    open_tab(page, "Planner")
+    page.wait_for_function("document.querySelector('#sq-acc-caption').innerText.trim().length > 0",
+                           timeout=30_000)
+    time.sleep(2)   # the first redraws landed
+    open_tab(page, "Live")
+    monkeypatch.setattr(planner_tab, "captions_in_use", checked_early)
+    page.evaluate("""() => { window.sqLost = false; window.sqBack = false;
+        const caption = document.querySelector('#sq-acc-caption');
+        new MutationObserver(() => { const waits = caption.innerText.includes('waiting: the model is busy');
+            if (window.sqSaid && !waits) window.sqLost = true;
+            if (window.sqLost && waits) window.sqBack = true;
+            window.sqSaid ||= waits; })
+            .observe(caption, {childList: true, subtree: true, characterData: true}); }""")
+    open_tab(page, "Planner")
+    assert checked.wait(30), "the Planner was not redrawn"
+    page.click("#sq-measure")
+    page.wait_for_function("window.sqLost", timeout=20_000)   # the held redraw landed over the line
+    page.wait_for_function("window.sqBack", timeout=10_000)   # and the line came back
+    assert "waiting: the model is busy" in page.locator("#sq-acc-caption").inner_text()
+    page.click("#sq-planner-stop")
+    open_tab(page, "Live")
+    page.click("#sq-stop")
+    run_ends(page, ctx)
+    assert not page_errors(page), page_errors(page)
 
 def test_a_new_run_does_not_show_the_last_runs_metrics_and_tree_before_its_first_step(served, page, monkeypatch):
     """While a new run read a long prompt (minutes), the last run's cards and last step's tree
