@@ -101,7 +101,10 @@ def _layout(height: int, title: str | None = None, **extra) -> dict:
     top = 44 + 16 * title.count("<br>") if title else 16   # a title's second line needs room too
     out = dict(height=height, margin=dict(l=8, r=8, t=top, b=8), uirevision=UIREVISION,
                paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)", font=dict(color=FONT, size=12),
-               hoverlabel=dict(font=dict(size=12), align="left"), **extra)
+               hoverlabel=dict(font=dict(size=12), align="left"),
+               # the tools these charts use: the full bar, shown while the pointer is over a chart,
+               # covered the right end of longer titles
+               modebar=dict(remove=["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d"]), **extra)
     if title:
         out["title"] = dict(text=title, x=0.01, xanchor="left", font=dict(size=13))
     return out
