@@ -157,7 +157,13 @@ class Decoder:
                 return
             planned = self.plan()
             tree = self._fitted(planned, len(seq))
+            t_caught = self.now()
+            if tree.size > 1 and not self._catch_up_draft(seq, should_stop, progress):
+                yield self._final_event(totals, generated, text, prefill, "stopped")
+                return
+            caught_up = self.now() - t_caught
             event_parts = self.step(seq, tree)
+            event_parts["draft_seconds"] += caught_up   # the draft's reading is part of drafting
             new_ids, finish = event_parts.pop("new_ids"), event_parts.pop("finish")
             room = s.max_new_tokens - len(generated)
             if len(new_ids) > room:  # whatever ended the step (an EOS too) was cut off
@@ -202,6 +208,22 @@ class Decoder:
             self.draft_len = len(ids)
         return True
 
+    def _catch_up_draft(self, seq: list[int], should_stop, progress) -> bool:
+        """A plan of one node drafts nothing, so the draft reads nothing; when the plan grows later
+        (learning), the draft reads what it lacks but the last token (which the step's draft reads
+        for its root) first, in chunks as the prompt is read, with a Stop and a progress line between
+        them (a long prompt held the step for seconds with neither). False when a Stop came."""
+        chunks = prompt_chunks(seq[self.draft_len:-1])
+        for i, chunk in enumerate(chunks):
+            if i and should_stop():
+                return False
+            attention.forward_causal(self.pair.draft, self.draft_cache, chunk)
+            self.draft_len += len(chunk)
+            if progress is not None and len(chunks) > 1:
+                progress((i + 1) / len(chunks), f"catching the draft up on the text so far (the plan grew "
+                                                f"from one node): {self.draft_len:,} of {len(seq) - 1:,} tokens")
+        return True
+
     def _fitted(self, tree: Tree, length: int) -> Tree:
         """The plan cut to what fits: positions below the context limit. Sliding-window layers
         need no cut: their cache (attention.TreeWindowLayer) keeps what every tree row can see."""
@@ -239,10 +261,9 @@ class Decoder:
         if tree.size == 1:
             return drafted
         draft, greedy = self.pair.draft, self.settings.greedy
-        pending = seq[self.draft_len:]
-        # in chunks too: a plan of one node that grows later (learning) catches the draft up on the
-        # whole prompt here
-        for chunk in prompt_chunks(pending):
+        # what the draft lacks: the last token and what the last step's tree left (its bonus); run()
+        # has caught it up on anything longer (_catch_up_draft), a caller of step() may not have
+        for chunk in prompt_chunks(seq[self.draft_len:]):
             root_logits = attention.forward_causal(draft, self.draft_cache, chunk)
         root_logits = root_logits[-1:]
         self.draft_len = len(seq)

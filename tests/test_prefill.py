@@ -89,10 +89,37 @@ def test_a_plan_that_starts_with_one_node_and_grows_catches_the_draft_up_in_chun
     grown = Tree.from_branching([3, 2, 1, 1, 0, 1])
     decoder = Decoder(pair, methods.sequoia(Tree((-1,))), Settings(max_new_tokens=TOKENS, ignore_eos=True),
                       plan=lambda: next(trees, grown))
-    events = list(decoder.run(ids))
+    said = []
+    events = list(decoder.run(ids, progress=lambda fraction, message: said.append(message)))
     assert events[-1].token_ids == reference
     assert any(len(e.tree_parents) > 1 for e in events)   # it did grow
     assert max(lengths) == CHUNK, lengths
+    # the catching up says how far it got, as the prompt's reading does
+    one_node = sum(len(e.tree_parents) == 1 for e in events)   # the steps before it grew: their tokens too
+    assert said[-1] == ("catching the draft up on the text so far (the plan grew from one node): "
+                        f"{len(ids) + one_node - 1} of {len(ids) + one_node - 1} tokens"), said
+
+
+def test_a_stop_lands_while_the_draft_catches_up_on_a_plan_that_grew(monkeypatch):
+    """The draft's catching up (above) ran all its chunks inside a step, with no Stop between them:
+    a Stop now lands between two chunks and ends the run before that step."""
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", CHUNK)
+    pair = tiny_pair("llama")
+    ids = long_prompt(pair, 60)
+    stop = {"now": False}
+    real = attention.forward_causal
+
+    def spy(model, cache, chunk):   # the draft's first forward is the catching up's first chunk
+        stop["now"] = stop["now"] or model is pair.draft
+        return real(model, cache, chunk)
+    monkeypatch.setattr(attention, "forward_causal", spy)
+    trees = iter([Tree((-1,))] * 3)
+    decoder = Decoder(pair, methods.sequoia(Tree((-1,))), Settings(max_new_tokens=TOKENS, ignore_eos=True),
+                      plan=lambda: next(trees, Tree.from_branching([3, 2, 1, 1, 0, 1])))
+    events = list(decoder.run(ids, should_stop=lambda: stop["now"]))
+    # (run() asks the plan once before its first step, for the caches' size): two one-node steps
+    assert [e.finish_reason for e in events] == [None, None, "stopped"]
+    assert events[-1].total_tokens == 2 and decoder.draft_len == CHUNK   # one chunk read, no step drafted
 
 
 def test_a_step_cut_at_the_context_limit_says_what_was_planned(monkeypatch):
