@@ -24,7 +24,12 @@ class Prompt:
 def prompt_set(path: Path | str) -> list[Prompt]:
     """A JSON prompt file: a list of {title, kind, prompt}, or {"prompts": [...]} with more about it."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    items = data["prompts"] if isinstance(data, dict) else data
+    items = data.get("prompts") if isinstance(data, dict) else data
+    if not isinstance(items, list):   # (said in the file's terms, not as a KeyError or TypeError)
+        raise ValueError('it must hold a list of prompts, or {"prompts": [...]}')
+    for i, p in enumerate(items):
+        if not isinstance(p, dict) or not isinstance(p.get("prompt"), str):
+            raise ValueError(f'entry {i + 1} is not an object with a "prompt" string (got {json.dumps(p)[:60]})')
     return [Prompt(p.get("title", f"prompt {i + 1}"), p.get("kind", "custom"), p["prompt"])
             for i, p in enumerate(items)]
 

@@ -224,8 +224,15 @@ def test_bench_prompt_set_bad_files_are_one_line_exit_2(dirs, capsys, tmp_path):
     (tmp_path / "empty.json").write_text("[]")
     (tmp_path / "broken.json").write_text("{not json")
     (tmp_path / "no-prompt.json").write_text(json.dumps([{"title": "x"}]))
+    (tmp_path / "strings.json").write_text(json.dumps(["a", "b"]))
+    (tmp_path / "number.json").write_text(json.dumps({"prompts": 3}))
+    # said in the file's terms (they were "KeyError: 'prompt'", "AttributeError: 'str' object has no
+    # attribute 'get'", "TypeError: 'int' object is not iterable")
+    entry = 'entry 1 is not an object with a "prompt" string'
     cases = {tmp_path / "missing.json": "cannot read prompt set", tmp_path / "broken.json": "cannot read prompt set",
-             tmp_path / "no-prompt.json": "cannot read prompt set", tmp_path / "empty.json": "has no prompts"}
+             tmp_path / "no-prompt.json": entry, tmp_path / "strings.json": entry,
+             tmp_path / "number.json": 'it must hold a list of prompts, or {"prompts": [...]}',
+             tmp_path / "empty.json": "has no prompts"}
     for path, needle in cases.items():
         code, err = in_process(capsys, "bench", "--quick", "--draft", draft, "--target", target, "--prompt-set", path)
         error_lines = [line for line in err.splitlines() if line.startswith("error:")]
@@ -266,6 +273,25 @@ def test_profile_writes_out_and_refuses_a_synthetic_only_flag(dirs, tmp_path, ca
     assert code == 2 and "--draft-config, --target-config go with --synthetic" in err, err
     code, err = in_process(capsys, "profile", "--draft", draft, "--target", target, "--out", tmp_path)
     assert code == 2 and "cannot write --out" in err, err
+
+
+def test_a_synthetic_profile_refuses_a_pairs_flags_and_an_unwritable_out_before_it_builds(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """`profile --synthetic` ignored --draft/--target (it profiled the random models and said
+    nothing), and an --out it could not write (a folder, a path under a file) ended in a traceback
+    after the whole profile had been timed."""
+    from engine.commands import synthetic
+    monkeypatch.setattr(synthetic, "synthetic_profile", lambda *a, **k: pytest.fail("the profile was built"))
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    tiny = ["profile", "--synthetic", "--draft-config", "tiny", "--target-config", "tiny-target"]
+    for extra, needle in ((["--draft", "some/model"], "--draft goes with a model pair's profile"),
+                          (["--target", "x", "--drop-page-cache"], "--target, --drop-page-cache go with"),
+                          (["--out", tmp_path], f"cannot write --out {tmp_path}: it is a folder"),
+                          (["--out", a_file / "p.json"], f"{a_file} is a file, not a folder"),
+                          (["--max-budget", "0"], "--max-budget must be between 1 and 1024")):
+        code, err = in_process(capsys, *tiny, *extra)
+        assert code == 2 and needle in err and "Traceback" not in err, (extra, err)
 
 
 def test_bench_refuses_an_output_it_cannot_write_before_it_runs(tmp_path, capsys, monkeypatch):
@@ -314,8 +340,9 @@ def test_other_commands_refuse_what_needs_no_models_before_loading_them(tmp_path
     from engine.commands import common, plan, profile
     for module in (common, plan, profile):
         monkeypatch.setattr(module, "pair_from_args", lambda args: pytest.fail("the pair was loaded"), raising=False)
-    from engine.commands import measure
-    monkeypatch.setattr(measure, "pair_from_args", lambda args: pytest.fail("the pair was loaded"))
+    from engine.commands import check, measure
+    for module in (check, measure):
+        monkeypatch.setattr(module, "pair_from_args", lambda args: pytest.fail("the pair was loaded"))
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     tree = tmp_path / "tree.json"
@@ -337,6 +364,11 @@ def test_other_commands_refuse_what_needs_no_models_before_loading_them(tmp_path
                           "--auto applies to a model pair's plan"),
                          (["plan", "--acceptance", "0.6,0.2", "--budget", "4", "--depth", "3", "--temperature", "0.7",
                            "--draft", "x/y"], "--draft, --temperature apply to a model pair's plan"),
+                         (["check", "--prompts", a_file, "--num-prompts", "3"], "give one of them"),  # was ignored
+                         (["check", "--sample-budget=-5"], "time budget (seconds) must be positive (got -5.0)"),
+                         # were ignored: the synthetic vector's timing printed
+                         (["plan", "--time-dp", "--temperature", "0.7", "--auto"],
+                          "--temperature, --auto apply to a model pair's plan: leave them out, or leave out --time-dp"),
                          (["export", "--format", "json", "--acceptance", "0.6", "--budget", "3", "--depth", "3",
                            "--method", "eagle"], "--method goes into a vLLM config"),
                          (["export", "--format", "json", "--tree", tree, "--top-p", "0.5"], "not both"),

@@ -97,7 +97,7 @@ class CheckConfig:
         if not 0 < float(self.alpha) < 0.5:
             raise UserError(f"alpha must be in (0, 0.5) (got {self.alpha})")
         if not self.sample_budget_seconds > 0:
-            raise UserError("sample_budget_seconds must be positive")
+            raise UserError(f"the sampling part's time budget (seconds) must be positive (got {self.sample_budget_seconds})")
         bad = [s for s in self.sections if s not in SECTIONS]
         if bad or not self.sections:
             raise UserError(f"unknown section(s) {bad or '(none given)'}: use {', '.join(SECTIONS)}")

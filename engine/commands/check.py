@@ -12,6 +12,7 @@ import time
 
 from engine import check
 from engine.commands.common import add_pair_args, pair_from_args, print_json, read_prompts
+from engine.errors import UserError
 
 
 def register(sub) -> None:
@@ -21,7 +22,9 @@ def register(sub) -> None:
     add_pair_args(p)
     p.add_argument("--prompts", default=None,
                    help="prompts file, one per line (\\n = newline); default: the first --num-prompts example prompts")
-    p.add_argument("--num-prompts", type=int, default=2, help="example prompts used when --prompts is not given")
+    # default None: given beside --prompts it is refused (it was ignored), however it is spelt
+    p.add_argument("--num-prompts", type=int, default=None,
+                   help=f"example prompts used when --prompts is not given (default {check.CheckConfig.num_prompts})")
     p.add_argument("--samples", type=int, default=None,
                    help="speculative samples per method and sampling setting (default: auto, as many as fit "
                         f"--sample-budget seconds, between {check.MIN_AUTO_SAMPLES} and {check.MAX_AUTO_SAMPLES})")
@@ -36,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=float, default=check.ALPHA, help="a sampling test fails when p < alpha")
     p.add_argument("--sections", default=",".join(check.SECTIONS),
                    help=f"comma-separated parts to run, from {','.join(check.SECTIONS)}")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled draws (default 0)")
     p.add_argument("--top-k", type=int, default=0,
                    help="also apply top-k (after temperature, before top-p, as generate() does) in every sampling "
                         "setting, in decoding and in the reference; 0 = off")
@@ -48,8 +51,12 @@ def register(sub) -> None:
 
 def config_from_args(args) -> check.CheckConfig:
     sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
+    if args.prompts and args.num_prompts is not None:
+        raise UserError("--num-prompts picks example prompts; with --prompts the check uses every prompt of the "
+                        "file: give one of them")
+    num_prompts = check.CheckConfig.num_prompts if args.num_prompts is None else args.num_prompts
     config = check.CheckConfig(prompts=read_prompts(args.prompts) if args.prompts else None,
-                               num_prompts=args.num_prompts, chat=args.chat, methods=check.parse_methods(args.methods),
+                               num_prompts=num_prompts, chat=args.chat, methods=check.parse_methods(args.methods),
                                sections=sections, greedy_tokens=args.greedy_tokens, samples=args.samples,
                                sample_budget_seconds=args.sample_budget, prefixes=args.prefixes, alpha=args.alpha,
                                seed=args.seed)

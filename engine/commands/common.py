@@ -97,7 +97,8 @@ def read_prompt_set(path: str) -> list[Prompt]:
     try:
         prompts = prompt_set(path)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
+        reason = (exc.strerror if isinstance(exc, OSError) and exc.strerror else
+                  str(exc) if type(exc) is ValueError else f"{type(exc).__name__}: {exc}")   # (prompt_set's own words)
         raise UserError(f"cannot read prompt set {path}: {reason}") from None
     if not prompts:
         raise UserError(f"prompt set {path} has no prompts")
@@ -134,8 +135,10 @@ def writable(path: str | None, flag: str) -> Path | None:
         raise UserError(f"cannot write {flag} {path}: it is a folder")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot write {flag} {path}: {exc.strerror}") from None
+    except OSError as exc:   # a file where a folder must be: mkdir says only "File exists"
+        blocking = next((folder for folder in out.parents if folder.is_file()), None)
+        why = f"{blocking} is a file, not a folder" if blocking is not None else exc.strerror
+        raise UserError(f"cannot write {flag} {path}: {why}") from None
     if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise UserError(f"cannot write {flag} {path}: Permission denied")
     return out

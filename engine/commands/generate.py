@@ -26,8 +26,8 @@ def register(sub) -> None:
     p.add_argument("--method", choices=methods.METHOD_NAMES, default="sequoia",
                    help="ar (plain decoding), chain, specinfer or sequoia (a DP tree; the default)")
     p.add_argument("--budget", type=int, default=None,
-                   help="Sequoia tree size in nodes, the root included (default 16); for chain and specinfer "
-                        "an upper bound their tree must fit")
+                   help="Sequoia tree size in nodes, the root included (default 16); for chain, specinfer "
+                        "and --tree an upper bound their tree must fit")
     p.add_argument("--depth", type=int, default=None,
                    help="tree levels counting the root (chain/specinfer default 5, Sequoia default 8)")
     p.add_argument("--width", type=int, default=None, help="SpecInfer: independent chains under the root (default 4)")

@@ -24,9 +24,11 @@ def register(subparsers) -> None:
                                           "--acceptance (no models), or a model pair's measured one (--temperature, "
                                           "--auto: the device's profile picks budget and depth).")
     p.add_argument("--acceptance", help="comma-separated P(rank 1), P(rank 2), ... e.g. 0.6,0.2,0.1")
-    p.add_argument("--budget", type=int, help="tree nodes, root included (needed, except with --auto or --time-dp)")
+    p.add_argument("--budget", type=int, help="tree nodes, root included (needed, except with --auto or --time-dp); "
+                                              "at most 256 for a pair's plan (what generate runs), 1024 for "
+                                              "--acceptance's (maths only)")
     p.add_argument("--depth", type=int, help="max levels, root included (needed, except with --auto: 16, "
-                                             "or --time-dp)")
+                                             "or --time-dp); at most 32 for a pair's plan, any for --acceptance's")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_plan_pair_args(p.add_argument_group("model pair (when --acceptance is not given)"))
     p.add_argument("--time-dp", action="store_true",
@@ -118,6 +120,12 @@ def draw(tree: Tree, acceptance, max_nodes: int = 64) -> str:
 
 
 def time_dp(args) -> int:
+    from engine.commands.common import flags_given
+    given = flags_given(args, PAIR_ONLY)
+    if given:   # (they were ignored: the timing printed as if they had not been given)
+        raise UserError(f"--time-dp times the DP on a given or synthetic vector; {', '.join(given)} "
+                        f"appl{'ies' if len(given) == 1 else 'y'} to a model pair's plan: leave "
+                        f"{'it' if len(given) == 1 else 'them'} out, or leave out --time-dp")
     budget = args.budget if args.budget is not None else TIME_DP_DEFAULTS[0]
     depth = args.depth if args.depth is not None else TIME_DP_DEFAULTS[1]
     if args.acceptance is not None:

@@ -23,7 +23,7 @@ def register(sub) -> None:
                    help="before each timed target forward, drop Linux's page cache (root only), so weights "
                         "offloaded to disk are read from disk as if they did not fit in RAM; the profile is "
                         "cached for this placement like any other")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the profile as one JSON object")
     synthetic.add_args(p)  # --synthetic --draft-config SIZE --target-config SIZE --acceptance --out
     p.set_defaults(func=run)
 

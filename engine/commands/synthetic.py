@@ -7,7 +7,9 @@ import json
 import math
 from pathlib import Path
 
+from engine.commands.common import check_flag, flags_given, writable
 from engine.errors import UserError
+from engine.models import DEFAULT
 from engine.planner import parse_acceptance
 from engine.synthetic import PRESETS, plot_profile, synthetic_profile
 
@@ -41,19 +43,35 @@ def default_out(report: dict) -> Path:
     return root / f"profile-synthetic-{safe(report['draft_size'])}-{safe(report['target_size'])}-{dev}.json"
 
 
+# a model pair's flags (and the page-cache drop, which times weights read from disk), which a
+# synthetic profile of random-weight models does not read: refused, not ignored
+PAIR_ONLY = {"draft": DEFAULT, "target": DEFAULT, "target_device_map": None, "draft_device_map": None,
+             "max_memory": None, "offload_folder": None, "cpu_kernels": "fast", "draft_weights": "auto",
+             "draft_head_tokens": None, "drop_page_cache": False}
+
+
 def run(args) -> int:
+    given = flags_given(args, PAIR_ONLY)
+    if given:
+        raise UserError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with a model pair's profile, "
+                        "not --synthetic (random-weight models of --draft-config/--target-config sizes)")
     acceptance = None
     if args.acceptance is not None:
         acceptance = parse_acceptance(args.acceptance)
-    if args.max_budget < 1 or args.repeats < 1 or args.prefix < 1:
-        raise UserError("--max-budget, --repeats and --prefix must be at least 1")
+    check_flag(args.max_budget, "--max-budget", 1, 1024)
+    check_flag(args.prefix, "--prefix", 1)
+    check_flag(args.repeats, "--repeats", 1)
+    out = writable(args.out, "--out")   # before minutes of timing, not after
     report = synthetic_profile(args.draft_config or DEFAULT_DRAFT, args.target_config or DEFAULT_TARGET,
                                args.device, args.dtype,
                                max_budget=args.max_budget, prefix_tokens=args.prefix, repeats=args.repeats,
                                acceptance=acceptance)
-    out = Path(args.out) if args.out else default_out(report)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    out = out or default_out(report)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: {exc.strerror}") from None
     png = plot_profile(report, out.with_suffix(".png"))
     if args.json:
         print(json.dumps(report))
