@@ -194,15 +194,19 @@ class Decoder:
         if self.method.uses_draft:
             models.append(("draft", self.pair.draft, self.draft_cache))
         chunks = prompt_chunks(ids)
-        done, total = 0, len(chunks) * len(models)
+        # how far, with each model's chunks weighed by its parameters (roughly a forward's cost):
+        # counted alike, the draft's quick reading was the bar's second half
+        weight = {name: max(1, self.pair.parameter_count(name)) for name, _, _ in models} if len(chunks) > 1 else {}
+        done, total = 0.0, len(chunks) * sum(weight.values())
         for name, model, cache in models:
             read = 0
             for chunk in chunks:
-                if done and should_stop():
+                if (read or name != "target") and should_stop():
                     return False
                 attention.forward_causal(model, cache, chunk)
-                done, read = done + 1, read + len(chunk)
+                read += len(chunk)
                 if progress is not None and len(chunks) > 1:
+                    done += weight[name]
                     progress(done / total, f"reading the prompt into the {name}: {read:,} of {len(ids):,} tokens")
         if self.method.uses_draft:
             self.draft_len = len(ids)

@@ -61,10 +61,15 @@ class ModelPair:
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
+    def parameter_count(self, role: str) -> int:
+        """The parameters of the `role` ("draft" or "target") model, packed CPU weights included
+        (they live outside parameters())."""
+        model = getattr(self, role)
+        return sum(p.numel() for p in model.parameters()) + self.cpu_kernels.get(role, {}).get("packed_parameters", 0)
+
     def describe(self) -> dict:
-        def count(role):  # packed CPU weights live outside parameters()
-            model = getattr(self, role)
-            return sum(p.numel() for p in model.parameters()) + self.cpu_kernels.get(role, {}).get("packed_parameters", 0)
+        count = self.parameter_count
+
         def untied(role):  # its output head is a matrix of its own, counted beside the embedding
             config = getattr(self, role).config
             try:

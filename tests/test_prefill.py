@@ -68,7 +68,15 @@ def test_the_reading_of_a_long_prompt_says_how_far_it_got(monkeypatch):
     decoder = Decoder(pair, methods.chain(4), Settings(max_new_tokens=4))
     list(decoder.run(long_prompt(pair, 30), progress=lambda fraction, message: said.append((fraction, message))))
     fractions = [f for f, _ in said]
-    assert len(said) == 2 * 5 and fractions == sorted(fractions) and fractions[-1] == 1.0   # 29 tokens: 5 chunks
+    assert len(said) == 2 * 5 and fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)   # 29 tokens: 5 chunks
+    # each model's share of the bar is its share of the parameters (the draft's was half, read in a
+    # fraction of the target's time)
+    assert fractions[4] == pytest.approx(0.5), fractions   # the tiny draft is the target's size
+    said.clear()
+    monkeypatch.setattr(type(pair), "parameter_count", lambda self, role: {"target": 3000, "draft": 1000}[role])
+    list(Decoder(pair, methods.chain(4), Settings(max_new_tokens=4)).run(
+        long_prompt(pair, 30), progress=lambda fraction, message: said.append((fraction, message))))
+    assert [f for f, _ in said][4] == pytest.approx(0.75), said
     assert said[0][1] == "reading the prompt into the target: 7 of 29 tokens"
     assert said[-1][1] == "reading the prompt into the draft: 29 of 29 tokens"
     said.clear()   # a prompt of one chunk is one forward and says nothing
