@@ -317,7 +317,7 @@ def test_generate_refuses_what_needs_no_models_before_loading_them(tmp_path, cap
                           (["--prompt", "x", "--budget", "0"], "budget"),
                           (["--prompt", "x", "--depth", "0"], "depth"),
                           (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),
-                          (["--prompt", "x", "--tree", tmp_path / "missing.json"], "cannot read tree file"),
+                          (["--prompt", "x", "--tree", tmp_path / "missing.json"], "cannot read --tree"),
                           (["--prompt", "x", "--method", "chain", "--depth", "40"], "depth"),
                           (["--prompt", "x", "--method", "specinfer", "--width", "64", "--depth", "8"], "449 nodes"),
                           (["--prompt", "x", "--tree", tree, "--budget", "3"], "has 6 nodes, more than --budget 3"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from engine import export
 from engine.commands import plan
@@ -44,11 +43,8 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
     draft, target = (None if x in (None, DEFAULT) else x for x in (args.draft, args.target))
     if args.tree:   # (its options were checked with the others: check_options)
-        try:
-            data = Path(args.tree).read_bytes()
-        except OSError as exc:
-            raise UserError(f"cannot read --tree {args.tree}: {exc.strerror}") from None
-        return export.import_tree(data, name=args.tree), draft, target
+        from engine.commands.generate import load_tree_file
+        return load_tree_file(args.tree), draft, target
     if plan.uses_pair(args):
         return _pair_tree(args)
     acceptance = plan.acceptance_from_args(args, allowed=("draft", "target"))

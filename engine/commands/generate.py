@@ -133,7 +133,7 @@ def load_tree_file(path: str) -> Tree:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise UserError(f"cannot read tree file {path}: {exc.strerror}") from None
+        raise UserError(f"cannot read --tree {path}: {exc.strerror}") from None
     return export.import_tree(data, name=path)
 
 
