@@ -367,6 +367,8 @@ def test_other_commands_refuse_what_needs_no_models_before_loading_them(tmp_path
                          (["check", "--prompts", a_file, "--num-prompts", "3"], "give one of them"),  # was ignored
                          (["check", "--sample-budget=-5"], "time budget (seconds) must be positive (got -5.0)"),
                          # were ignored: the synthetic vector's timing printed
+                         (["plan", "--time-dp", "--depth", "0"], "--depth must be at least 1 (got 0)"),
+                         (["plan", "--time-dp", "--budget", "2000"], "--budget must be between 1 and 1024 nodes"),
                          (["plan", "--time-dp", "--temperature", "0.7", "--auto"],
                           "--temperature, --auto apply to a model pair's plan: leave them out, or leave out --time-dp"),
                          (["export", "--format", "json", "--acceptance", "0.6", "--budget", "3", "--depth", "3",

@@ -128,6 +128,10 @@ def time_dp(args) -> int:
                         f"{'it' if len(given) == 1 else 'them'} out, or leave out --time-dp")
     budget = args.budget if args.budget is not None else TIME_DP_DEFAULTS[0]
     depth = args.depth if args.depth is not None else TIME_DP_DEFAULTS[1]
+    from engine.commands.common import check_flag
+    from engine.tree import MAX_TREE_NODES
+    check_flag(budget, "--budget", 1, MAX_TREE_NODES, " nodes, the root included")   # by the flags' names,
+    check_flag(depth, "--depth", 1)                                                   # as a plan says them
     if args.acceptance is not None:
         acceptance, source = parse_acceptance(args.acceptance), "given"
     else:  # a synthetic decreasing vector: only the DP's speed is measured, no plan is reported
