@@ -310,10 +310,15 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
         own, domain, why = vector_for_prompt(pair, settings, sampler, prompt, interpolated=False)
         vec = own or vec
         return vec, True, f"measured over {vec.positions} positions, cache file {vec.source}{why}", domain
-    if spec.kind not in ("sequoia", "sequoia-auto"):
-        if spec.kind == "ar":
-            return None, True, "autoregressive: one token per step, no acceptance vector needed", ""
-        return None, True, f"no acceptance vector measured for the {sampler} sampler at T={T:g}: no prediction", ""
+    fixed = spec.kind not in ("sequoia", "sequoia-auto")   # a tree the vector only predicts, never shapes
+    no_prediction = f"no acceptance vector measured for the {sampler} sampler at T={T:g}: no prediction"
+    if spec.kind == "ar":
+        return None, True, "autoregressive: one token per step, no acceptance vector needed", ""
+    if fixed and sampler != "sequoia":   # (every vector the app has is of the Sequoia sampler)
+        return None, True, no_prediction, ""
+    if fixed:   # predicted from an interpolated or nearest vector, as a Sequoia plan there is (a chain
+        # said "no prediction" beside a Sequoia plan at the same settings), but never measured for
+        measure, interpolate_first = False, True
     if interpolate_first or (not measure and allow_nearest):
         vec, note = _interpolated(pair, settings, sampler)
         if vec is not None:
@@ -327,6 +332,8 @@ def _acceptance(pair, spec: MethodSpec, settings: Settings, sampler: str, measur
     near = profiler.nearest_vector(pair, T, top_p, sampler, top_k) if allow_nearest or interpolate_first else None
     if near is None and measure:  # nothing of this kind measured for the pair at all: measure now
         return measured_now()
+    if near is None and fixed:
+        return None, True, no_prediction, ""
     if near is None:
         raise NeedsMeasurement("acceptance", f"no acceptance vector measured for this pair at T={T:g}, "
                                f"top-p={top_p:g}: it must be measured first")

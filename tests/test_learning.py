@@ -172,6 +172,23 @@ def test_quick_plan_uses_an_interpolated_vector_labelled_so(tmp_path, monkeypatc
     assert plan.summary()["acceptance_interpolated"]
 
 
+def test_a_chain_is_predicted_from_the_vector_a_sequoia_plan_there_uses_and_never_measured_for(tmp_path,
+                                                                                                monkeypatch):
+    """A chain at settings with no vector of their own said "no prediction" (Live card, race table)
+    where a Sequoia plan at the same settings used an interpolated or nearest vector; it gets that
+    vector, labelled so, and never waits for a measurement; SpecInfer's sampler has none."""
+    pair = _pair_measured_at_half_and_one(tmp_path, monkeypatch)
+    monkeypatch.setattr(profiler, "measure_acceptance", lambda *a, **k: pytest.fail("measured for a chain"))
+    chain = planning.MethodSpec("chain", 4, 4)
+    between = planning.build_plan(pair, chain, Settings(temperature=0.75), measure=True)
+    assert "INTERPOLATED" in between.acceptance_note and between.acceptance.probabilities == pytest.approx([0.5, 0.2])
+    beyond = planning.build_plan(pair, chain, Settings(temperature=1.6), measure=True)
+    assert "nearest" in beyond.acceptance_note and beyond.acceptance.temperature == 1.0
+    assert beyond.summary()["expected_tokens"] == pytest.approx(1 + 0.4 + 0.4 ** 2 + 0.4 ** 3)
+    specinfer = planning.build_plan(pair, planning.MethodSpec("specinfer", 9, 3, width=4), Settings(temperature=0.75),
+                                    measure=True)
+    assert specinfer.acceptance is None and "no prediction" in specinfer.acceptance_note
+
 def test_a_learning_run_outside_the_measured_range_starts_at_once_from_the_nearest(tmp_path, monkeypatch):
     """Learning on (the app's and CLI's default): a temperature beyond every measured one plans from
     the nearest vector, labelled so, instead of blocking on a measurement; the run refines it."""
