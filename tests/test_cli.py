@@ -415,6 +415,19 @@ def test_generate_reads_every_format_export_writes(tmp_path):
         assert load_tree_file(str(path)).parents == tree.parents, fmt
 
 
+def test_the_synthetic_profiles_refused_options_are_the_parsers_own_defaults():
+    """profile --synthetic refuses a pair option given by comparing with synthetic.PAIR_ONLY's
+    defaults, which must be the parser's; every other option of `profile` is named here, so a new
+    one must be sorted into one side or the other (it would be ignored unsaid)."""
+    from engine.cli import build_parser
+    from engine.commands import synthetic
+    parsed = vars(build_parser().parse_args(["profile"]))
+    assert {name: parsed[name] for name in synthetic.PAIR_ONLY} == synthetic.PAIR_ONLY
+    read_by_synthetic = {"command", "func", "synthetic", "draft_config", "target_config", "acceptance", "out", "json",
+                         "max_budget", "prefix", "repeats", "device", "dtype"}
+    assert set(parsed) - read_by_synthetic == set(synthetic.PAIR_ONLY)
+
+
 def test_the_pair_only_options_are_the_parsers_own_defaults():
     """plan --acceptance and export --tree refuse a pair option given; they find it by comparing
     with PAIR_ONLY's defaults, which must be the parsers' (a new option would be ignored unsaid)."""

@@ -64,16 +64,22 @@ PAIR_ONLY = {"draft": None, "target": None, "temperature": None, "top_k": 0, "to
              "offload_folder": None, "cpu_kernels": "fast", "draft_weights": "auto", "draft_head_tokens": None}
 
 
+def refuse_pair_options(args, mode: str, what_it_does: str, allowed: tuple[str, ...] = ()) -> None:
+    """`mode` (--acceptance, --time-dp) reads no pair: a pair option given with it would be ignored,
+    so it is refused by name. `allowed`: pair options the caller reads for something else."""
+    from engine.commands.common import flags_given
+    given = flags_given(args, {name: default for name, default in PAIR_ONLY.items() if name not in allowed})
+    if given:
+        raise UserError(f"{mode} {what_it_does}; {', '.join(given)} "
+                        f"appl{'ies' if len(given) == 1 else 'y'} to a model pair's plan: leave "
+                        f"{'it' if len(given) == 1 else 'them'} out, or leave out {mode}")
+
+
 def acceptance_from_args(args, allowed: tuple[str, ...] = ()) -> list[float]:
     """The vector given with --acceptance; `allowed`: pair options the caller reads for something
     else (export's --draft and --target name the models a vLLM config serves)."""
     if getattr(args, "acceptance", None) is not None:
-        from engine.commands.common import flags_given
-        given = flags_given(args, {name: default for name, default in PAIR_ONLY.items() if name not in allowed})
-        if given:
-            raise UserError(f"--acceptance plans from the vector given; {', '.join(given)} "
-                            f"appl{'ies' if len(given) == 1 else 'y'} to a model pair's plan: leave "
-                            f"{'it' if len(given) == 1 else 'them'} out, or leave out --acceptance")
+        refuse_pair_options(args, "--acceptance", "plans from the vector given", allowed)
         return parse_acceptance(args.acceptance)
     raise UserError("give --acceptance or a model pair with --temperature")
 
@@ -120,16 +126,12 @@ def draw(tree: Tree, acceptance, max_nodes: int = 64) -> str:
 
 
 def time_dp(args) -> int:
-    from engine.commands.common import flags_given
-    given = flags_given(args, PAIR_ONLY)
-    if given:   # (they were ignored: the timing printed as if they had not been given)
-        raise UserError(f"--time-dp times the DP on a given or synthetic vector; {', '.join(given)} "
-                        f"appl{'ies' if len(given) == 1 else 'y'} to a model pair's plan: leave "
-                        f"{'it' if len(given) == 1 else 'them'} out, or leave out --time-dp")
-    budget = args.budget if args.budget is not None else TIME_DP_DEFAULTS[0]
-    depth = args.depth if args.depth is not None else TIME_DP_DEFAULTS[1]
     from engine.commands.common import check_flag
     from engine.tree import MAX_TREE_NODES
+    # (they were ignored: the timing printed as if they had not been given)
+    refuse_pair_options(args, "--time-dp", "times the DP on a given or synthetic vector")
+    budget = args.budget if args.budget is not None else TIME_DP_DEFAULTS[0]
+    depth = args.depth if args.depth is not None else TIME_DP_DEFAULTS[1]
     check_flag(budget, "--budget", 1, MAX_TREE_NODES, " nodes, the root included")   # by the flags' names,
     check_flag(depth, "--depth", 1)                                                   # as a plan says them
     if args.acceptance is not None:
