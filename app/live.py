@@ -357,19 +357,20 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     # ------------------------------------------------------------ handlers
     def replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
-               request: gr.Request = None):
+               request: gr.Request = None, in_page: bool = False):
         """Re-plan from caches at once; measure (with progress) only when nothing is measured. A
         re-plan reaches a run only if the run was going when it was asked for: one asked for before
         Generate, with the page's values of that moment, says nothing once it ends (Generate read
-        the values the run uses; the run shows its own plan)."""
+        the values the run uses; the run shows its own plan). `in_page`: asked for by the page's
+        own controls, which toast a refusal once (refused); a script is always answered with it."""
         sess = ctx.sessions.get(request)
         ticket = sess.plans.ask()
         try:
             spec = spec_from(method_v, budget_v, depth_v, hw_v, sess)
             settings = settings_from(temp_v, top_p_v, max_new_v, top_k=top_k_v)
         except (UserError, TreeError) as exc:
-            yield no_plan(sess, str(exc))
-            raise page_error(str(exc)) from None
+            yield from refused(sess, str(exc), in_page)
+            return
         try:
             result = ctx.worker.quick_plan(spec, settings, allow_nearest=True, learn=getattr(sess, "learn", True),
                                            prompt=prompt_v)
@@ -394,8 +395,8 @@ def build(ctx: AppContext, header: dict) -> dict:
                 yield {status: no_pair_text(ctx.worker, "Press **Generate** any time: the run starts as soon "
                                                         "as the pair is ready.")}
                 return
-            yield no_plan(sess, str(exc))
-            raise page_error(str(exc)) from None
+            yield from refused(sess, str(exc), in_page)
+            return
         if sess.plans.superseded(ticket):
             yield {status: gr.skip()}   # a newer plan, or a run, was asked for since
             return
@@ -424,6 +425,19 @@ def build(ctx: AppContext, header: dict) -> dict:
             out[acc] = Run(settings, result).planned_acc_fig()
         yield out
 
+    def refused(sess, message: str, in_page: bool):
+        """A re-plan these values refuse: the plan line and status say so, and a toast, unless
+        the page's controls asked and it was shown the same refusal a moment ago (Session.said_already)."""
+        yield no_plan(sess, message)
+        if not (in_page and sess.said_already(message)):
+            raise page_error(message)
+
+    def page_replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v=None, max_new_v=64,
+                    request: gr.Request = None):
+        """replan, for the page's sliders, Method and Hardware-aware box."""
+        yield from replan(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v,
+                          request, in_page=True)
+
     def no_plan(sess, message: str) -> dict:
         """A value no plan can have (depth 1 for a DP tree, T = 0.005, no imported tree): the plan
         line and status say so; the last plan stayed up, "used by the next run", beside the error,
@@ -441,7 +455,7 @@ def build(ctx: AppContext, header: dict) -> dict:
         """replan, but with a Live run on screen (finished, stopped or failed) only the plan line and
         the plan JSON change: the run's last tree and status line stay (Replay still works)."""
         run_on_screen = sess.live_run_on_screen()
-        for out in replan(*plan_args):
+        for out in replan(*plan_args, in_page=True):
             if plan_md in out and run_on_screen:
                 out = {k: v for k, v in out.items() if k in (plan_md, plan_json)}
             yield out
@@ -639,14 +653,14 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     plan_outputs = [plan_md, tree, status, acc, plan_json]   # the plan's JSON stays last (scripts read [-1])
     for slider in (budget, depth, temperature, top_p, top_k):
-        slider.release(replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}",
+        slider.release(page_replan, plan_inputs, plan_outputs, api_name=f"plan_on_{slider.elem_id[3:].replace('-', '_')}",
                        show_progress="hidden", trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
-    method.change(replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
+    method.change(page_replan, plan_inputs, plan_outputs, api_name="plan_on_method", show_progress="hidden",
                   trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # only a Sequoia tree is planned by the device's profile: greyed for the others (it did nothing)
     method.change(lambda m: gr.update(interactive=m == "sequoia"), method, hardware, api_name="hardware_for_method",
                   show_progress="hidden", **PAGE_WIRING, **LIGHT)
-    hardware.change(replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
+    hardware.change(page_replan, plan_inputs, plan_outputs, api_name="plan_on_hardware", show_progress="hidden",
                     trigger_mode="always_last", **PAGE_WIRING, **LIGHT)
     # the prompt picks its kind's vector and its memory; max new tokens, whether a rest is planned for
     for box, name in ((prompt, "prompt"), (max_new, "max_new")):

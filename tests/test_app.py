@@ -165,6 +165,23 @@ def test_the_planners_stop_with_nothing_going_leaves_its_captions(served, client
         assert client.predict(api_name=stop)[0] == "Nothing is running in this tab."
 
 
+def test_one_click_that_fires_two_re_plans_shows_one_refusal_but_a_script_always_gets_it(client):
+    """Picking "Imported tree" in the Method list with nothing imported: the mouse's release lands
+    on the Budget slider under the list, whose release re-plans too, and the page showed one toast
+    with the refusal twice ("Error (2)", seen in Chromium). The page's controls now toast a refusal
+    once within a moment (the plan line and status still say it); the API's /plan always raises."""
+    values = ("tree", 8, 4, False, 0, 1, 0, PROMPT, 64)
+    with pytest.raises(Exception, match="no imported tree"):
+        client.predict(*values, api_name="/plan_on_method")
+    again = client.predict(*values, api_name="/plan_on_budget")   # the same click's second re-plan
+    assert "No plan for these values" in again[0] and "no imported tree" in again[0]
+    assert "No plan until then" in again[2]
+    with pytest.raises(Exception, match="no imported tree"):   # a script asks: it is told every time
+        client.predict(*values[:6], api_name="/plan")
+    with pytest.raises(Exception, match="depth >= 2"):   # another refusal is said at once
+        client.predict("chain", 8, 1, False, 0, 1, 0, PROMPT, 64, api_name="/plan_on_depth")
+
+
 def test_every_event_has_an_api_name(served):
     from gradio_client import Client
     info = Client(served["url"], verbose=False).view_api(return_format="dict", print_info=False)
