@@ -250,7 +250,9 @@ def build(ctx: AppContext) -> dict:
                         lanes[lane]["label"] = result.method.label
                         lanes[lane]["expected"] = result.expected_tokens
                     shown = "… untimed warm-up…"
-                    yield {lanes_html: _lane_html(order, lanes), status: shown}
+                    # the chart's legend names the lanes' trees from now on, as the lanes do (it kept
+                    # the checkbox labels, "Chain", until the first step: then "chain d=4")
+                    yield {lanes_html: _lane_html(order, lanes), status: shown, chart: _chart(series, lanes)}
                 elif isinstance(item, Note) and item.kind == "together":
                     together = (f"● timing all {len(order)} methods together, one step at a time "
                                 "(the one furthest behind steps next; each reads the prompt before its first)")

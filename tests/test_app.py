@@ -89,6 +89,18 @@ def test_a_race_on_a_long_prompt_says_how_far_each_lane_read_it_then_that_it_tim
     assert "✓ Race finished." in lines[-1] or "✓ Race finished." in job.outputs()[-1][0]
 
 
+def test_the_race_chart_names_each_lane_by_its_tree_from_the_warm_up_on(client):
+    """The legend said "Chain" (the checkbox label) through the warm-up, then "chain d=4" once a lane
+    had stepped: it now names the planned trees as soon as the lanes do."""
+    job = client.submit(PROMPT, ["ar", "chain"], 6, 4, 0, 1, 8, 0, api_name="/race")
+    updates = list(job)
+    warm = next(u for u in updates if u[0] == "… untimed warm-up…")
+    names = [trace["name"] for trace in json.loads(warm[2]["plot"])["data"]]
+    assert names == ["autoregressive", "chain d=4"], names
+    final = [trace["name"] for trace in json.loads(job.outputs()[-1][2]["plot"])["data"]]
+    assert final == names
+
+
 def test_editing_the_prompt_or_max_new_tokens_re_plans_the_shown_plan(client):
     """The prompt picks its kind's vector and memory, max new tokens whether a rest is planned for:
     leaving either box re-plans with the page's values (idle; a running job keeps its plan)."""
