@@ -471,6 +471,44 @@ def _best_per_budget(grid, max_depth: int | None = None) -> tuple[list, list]:
     return best, best_d
 
 
+LABEL_PLACES = ("top center", "top right", "top left", "bottom right", "bottom left", "middle right",
+                "middle left", "bottom center")   # in the order a label is tried (clear_place)
+
+
+def clear_place(x: float, y: float, text: str, lines: list[tuple[list, list]], x_range: tuple, y_range: tuple,
+                plot_px: tuple = (560, 160)) -> str:
+    """The first of LABEL_PLACES where a marker's label `text` at (x, y) crosses none of the drawn
+    `lines` ((xs, ys) each, straight between points), else the one crossing the fewest; the label's
+    box is sized in data units from the plot's approximate size in pixels (7 px a character, 16 px
+    tall, 6 px from the marker). A label centred above the star sat on a curve climbing on to larger
+    budgets, or on the steep start of the curve left of it."""
+    per_x = (x_range[1] - x_range[0]) / plot_px[0] or 1.0
+    per_y = (y_range[1] - y_range[0]) / plot_px[1] or 1.0
+    w, h, gap = 7 * len(text) * per_x, 16 * per_y, 6
+    x_span = {"center": (x - w / 2, x + w / 2), "right": (x + gap * per_x, x + gap * per_x + w),
+              "left": (x - gap * per_x - w, x - gap * per_x)}
+    y_span = {"top": (y + gap * per_y, y + gap * per_y + h), "bottom": (y - gap * per_y - h, y - gap * per_y),
+              "middle": (y - h / 2, y + h / 2)}
+    points = []   # every line sampled finely enough that a segment cannot pass between samples
+    for xs, ys in lines:
+        pairs = [(a, b) for a, b in zip(xs, ys) if a is not None and b is not None]
+        for (x0, y0), (x1, y1) in zip(pairs, pairs[1:]):
+            steps = 1 + int(max(abs(x1 - x0) / per_x, abs(y1 - y0) / per_y) / 3)
+            points += [(x0 + (x1 - x0) * k / steps, y0 + (y1 - y0) * k / steps) for k in range(steps + 1)]
+
+    def crossings(place: str) -> int:
+        vertical, horizontal = place.split()
+        (x0, x1), (y0, y1) = x_span[horizontal], y_span[vertical]
+        return sum(x0 <= px <= x1 and y0 <= py <= y1 for px, py in points)
+    counts = {place: crossings(place) for place in LABEL_PLACES}
+    return next((place for place in LABEL_PLACES if counts[place] == 0), min(LABEL_PLACES, key=counts.get))
+
+
+def _top(*curves) -> float:
+    """The speedup axis's highest point: the curves' (1× at least)."""
+    return max([v for curve in curves for v in curve if v is not None] + [1.0])
+
+
 def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280,
                    measured_up_to: int | None = None, imported_speedup: float | None = None,
                    imported: bool = False, depth_cap: int | None = None) -> go.Figure:
@@ -499,7 +537,9 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
                                  hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}× (t(n) extrapolated past "
                                                f"n={measured_up_to})<extra></extra>"))
     deeper, deeper_d = _best_per_budget(grid) if capped else ([], [])
-    if capped and any(a is not None and (b is None or a > b + 1e-9) for a, b in zip(deeper, best)):
+    if not (capped and any(a is not None and (b is None or a > b + 1e-9) for a, b in zip(deeper, best))):
+        deeper = []   # not drawn: deeper trees do no better
+    if deeper:
         fig.add_trace(go.Scatter(x=budgets, y=deeper, mode="lines", name=f"any depth up to {max(grid.depths)}",
                                  line=dict(color=PLANNED, width=1, dash="dot"), opacity=0.45, customdata=deeper_d,
                                  hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}×<extra></extra>"))
@@ -513,14 +553,17 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
             # whatever depth was asked; it read "n=1, d=4"). An imported tree's sits off it, mostly
             # below: its longer label below, toward the side with room (centred, it ran off the axis)
             side = "right" if n <= (budgets[0] + budgets[-1]) / 2 else "left"
+            label = f"imported n={n}, d={d}" if imported else " n=1: plain decoding" if n == 1 else f" n={n}, d={d}"
+            drawn = [(budgets, best), (budgets, deeper), ([budgets[0], budgets[-1]], [1.0, 1.0])]   # and the 1× line
             fig.add_trace(go.Scatter(x=[n], y=[y], mode="markers+text", name="imported tree" if imported else "chosen",
-                                     text=[f"imported n={n}, d={d}" if imported else
-                                           " n=1: plain decoding" if n == 1 else f" n={n}, d={d}"],
-                                     textposition=f"bottom {side}" if imported else "top center",
+                                     text=[label],
+                                     textposition=(f"bottom {side}" if imported else
+                                                   clear_place(n, y, label, drawn, (budgets[0], budgets[-1]),
+                                                               (0, _top(best, deeper) * 1.2), (560, height - 130))),
                                      marker=dict(size=13, color="#f43f5e", symbol="star")))
     fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))
     fig.update_xaxes(title_text="tree budget n", gridcolor=GRID)
-    top = max([v for v in best + deeper if v is not None] + [1.0])
+    top = _top(best, deeper)
     # headroom above the highest point, so the chosen tree's label is not cut by the plot's edge
     fig.update_yaxes(title_text="predicted speedup ×", range=[0, top * 1.2], gridcolor=GRID)
     return _base_layout(fig, height, "Predicted speedup vs budget (from G and the device profile)",

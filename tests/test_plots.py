@@ -327,6 +327,31 @@ def test_an_imported_trees_marks_hold_its_own_values_not_the_best_of_its_shape()
     assert "its own 1.234 tokens/step" in mark.hovertemplate
 
 
+def test_the_chosen_stars_label_keeps_off_the_curves():
+    """"n=8, d=4" sat centred above its star on a curve that climbed on to larger budgets, and
+    "n=6, d=4" on the steep start of the curve left of its star: the label goes where no drawn line
+    crosses it (above first, then beside or below)."""
+    from engine.planner import choose_shape
+    from engine.planning import table_for
+    rising = [1.0, 1.5, 2.0, 2.5, 3.0]
+    assert plots.clear_place(3, 2.0, " n=3, d=4", [([1, 2, 3, 4, 5], rising)], (1, 5), (0, 3.6),
+                              (120, 160)) == "top left"
+    peak = [1.0, 1.5, 2.0, 1.5, 1.0]
+    assert plots.clear_place(3, 2.0, " n=3, d=4", [([1, 2, 3, 4, 5], peak)], (1, 5), (0, 3.6),
+                              (120, 160)) == "top center"
+    # the Planner's case seen in Chromium: a plan past the curve's peak, the faint any-depth line
+    # above the star and the steep start to its left: centred above or below-left it crossed them
+    choice = choose_shape(table_for([0.8, 0.1, 0.05]), {1: 0.01, 8: 0.011, 32: 0.014}, {1: 0.001, 8: 0.0011},
+                          0.0005, budgets=range(1, 129), depths=range(1, 17))
+    fig = plots.speedup_figure(choice.grid, (6, 4), depth_cap=4)
+    star = next(t for t in fig.data if t.name == "chosen")
+    lines = [(list(t.x), list(t.y)) for t in fig.data if t.mode == "lines"] + [([1, 128], [1.0, 1.0])]
+    top = fig.layout.yaxis.range[1]
+    assert plots.clear_place(6, star.y[0], star.text[0], lines, (1, 128), (0, top), (560, 150)) == star.textposition
+    for place in ("top center", "bottom left"):   # where it would have crossed a line
+        assert place != star.textposition
+
+
 def test_a_one_node_plan_is_marked_as_plain_decoding_not_with_the_depth_asked():
     from engine.planner import choose_shape
     from engine.planning import table_for
