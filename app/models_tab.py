@@ -272,7 +272,8 @@ def build(ctx: AppContext, defaults: dict, sampling_controls: list[dict] | None 
                     "target's exact distribution (chi-square); tree masks, tokenizer and KV cache are checked. "
                     "The time estimate is shown before the real work starts; **Stop** ends it early.",
                     elem_classes="sq-note-block", padding=True)
-        with gr.Row(equal_height=True):
+        # buttons of a button's height, centred beside the choices (stretched, they were 100 px tall)
+        with gr.Row(equal_height=False, elem_id="sq-check-row"):
             check_mode = gr.Radio(CHECK_MODES, value="quick", label="Check mode", show_label=False,
                                   elem_id="sq-check-mode", scale=4)
             check_btn = gr.Button("Check this pair", variant="primary", elem_id="sq-check", scale=1, min_width=160)

@@ -230,6 +230,12 @@ def test_taking_the_recommended_sampling_re_plans_the_live_plan(served, page, mo
     page.click("#sq-use-recommended")
     assert wait_for(lambda: want in asked, 20), (want, asked)
     assert not page_errors(page), page_errors(page)
+    # (the same tab) the Check buttons keep a button's height beside the mode's two choices: stretched
+    # to the choices' height they were 100-120 px tall blocks
+    load = page.locator("#sq-load").bounding_box()
+    for button in ("#sq-check", "#sq-check-stop"):
+        box = page.locator(button).bounding_box()
+        assert box["height"] <= 1.25 * load["height"], (button, box, load)
 
 
 def test_importing_a_second_tree_re_plans_the_live_plan(served, page, monkeypatch, tmp_path):
