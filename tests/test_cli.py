@@ -405,7 +405,7 @@ def test_generate_reads_every_format_export_writes(tmp_path):
     """`generate --tree` took tree JSON and growmaps only: a Medusa or vLLM export fed back said
     "tree parents must be integers" or "tree JSON must be {"parents": ...}"."""
     from engine import export
-    from engine.commands.generate import load_tree_file
+    from engine.commands.common import load_tree_file
     from engine.tree import Tree
     tree = Tree((-1, 0, 0, 1, 2, 3))
     for fmt, name in (("json", "t.json"), ("vllm", "v.json"), ("medusa", "m.json"), ("growmap", "g.pt")):

@@ -7,10 +7,12 @@ import os
 import sys
 from pathlib import Path
 
+from engine import export
 from engine.errors import UserError
 from engine.models import DEFAULT, load_pair
 from engine.prompts import Prompt, default_prompts, prompt_set
 from engine.settings import Settings
+from engine.tree import Tree
 
 
 def add_pair_args(parser: argparse.ArgumentParser) -> None:
@@ -142,3 +144,14 @@ def writable(path: str | None, flag: str) -> Path | None:
     if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
         raise UserError(f"cannot write {flag} {path}: Permission denied")
     return out
+
+
+def load_tree_file(path: str) -> Tree:
+    """A tree in any format `export` writes (tree JSON, growmap .pt, vLLM or Medusa JSON),
+    detected as `export --tree` detects it: an export fed back said "tree parents must be
+    integers" (Medusa) or "tree JSON must be {"parents": ...}" (vLLM)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read --tree {path}: {exc.strerror}") from None
+    return export.import_tree(data, name=path)

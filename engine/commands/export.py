@@ -11,6 +11,7 @@ import sys
 
 from engine import export
 from engine.commands import plan
+from engine.commands.common import load_tree_file
 from engine.errors import UserError
 from engine.tree import Tree
 from engine.wording import plural
@@ -43,7 +44,6 @@ def tree_from_args(args) -> tuple[Tree, str | None, str | None]:
 
     draft, target = (None if x in (None, DEFAULT) else x for x in (args.draft, args.target))
     if args.tree:   # (its options were checked with the others: check_options)
-        from engine.commands.generate import load_tree_file
         return load_tree_file(args.tree), draft, target
     if plan.uses_pair(args):
         return _pair_tree(args)

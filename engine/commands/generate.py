@@ -4,16 +4,14 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from pathlib import Path
 
-from engine import export, methods, observed, profiler
-from engine.commands.common import (add_pair_args, add_sampling_args, flags_given, pair_from_args, print_json,
-                                    settings_from_args)
+from engine import methods, observed, profiler
+from engine.commands.common import (add_pair_args, add_sampling_args, flags_given, load_tree_file, pair_from_args,
+                                    print_json, settings_from_args)
 from engine.decoding import Decoder, make_generator
 from engine.errors import UserError
 from engine.models import encode_prompt, prompt_is_blank
 from engine.planning import MAX_BUDGET, MethodSpec, Replanner, build_plan, check_shape
-from engine.tree import Tree
 from engine.wording import plural
 
 log = logging.getLogger(__name__)
@@ -124,17 +122,6 @@ def summary_line(label: str, last, sample: int | None = None) -> str:
     return (f"[{which}{label}: {plural(last.total_tokens, 'token')} in {plural(last.total_steps, 'step')}, "
             f"{last.tokens_per_step:.2f} tokens/step, {last.tokens_per_second:.1f} tokens/s, "
             f"finished by {last.finish_reason}]")
-
-
-def load_tree_file(path: str) -> Tree:
-    """A tree in any format `export` writes (tree JSON, growmap .pt, vLLM or Medusa JSON),
-    detected as `export --tree` detects it: an export fed back said "tree parents must be
-    integers" (Medusa) or "tree JSON must be {"parents": ...}" (vLLM)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read --tree {path}: {exc.strerror}") from None
-    return export.import_tree(data, name=path)
 
 
 def run(args) -> int:
