@@ -187,6 +187,18 @@ class Decoder:
             if finish:
                 return
 
+    @staticmethod
+    def _read_in_chunks(model, cache, chunks, should_stop, after_chunk, stop_before_first: bool = False) -> bool:
+        """`model`'s cache takes `chunks`, one forward each, with a Stop looked for between forwards
+        (and before the first with `stop_before_first`); `after_chunk(chunk)` after each (a progress
+        line). False when a Stop came. The prefill and the draft's catching up both read this way."""
+        for i, chunk in enumerate(chunks):
+            if (i or stop_before_first) and should_stop():
+                return False
+            attention.forward_causal(model, cache, chunk)
+            after_chunk(chunk)
+        return True
+
     def _prefill(self, ids: list[int], should_stop, progress) -> bool:
         """Both caches take the prompt but its last token (the first step's root), PREFILL_CHUNK
         tokens per forward. False when a Stop came between two forwards."""
@@ -200,14 +212,15 @@ class Decoder:
         done, total = 0.0, len(chunks) * sum(weight.values())
         for name, model, cache in models:
             read = 0
-            for chunk in chunks:
-                if (read or name != "target") and should_stop():
-                    return False
-                attention.forward_causal(model, cache, chunk)
+
+            def said(chunk, name=name):
+                nonlocal done, read
                 read += len(chunk)
                 if progress is not None and len(chunks) > 1:
                     done += weight[name]
                     progress(done / total, f"reading the prompt into the {name}: {read:,} of {len(ids):,} tokens")
+            if not self._read_in_chunks(model, cache, chunks, should_stop, said, stop_before_first=name != "target"):
+                return False
         if self.method.uses_draft:
             self.draft_len = len(ids)
         return True
@@ -218,15 +231,15 @@ class Decoder:
         for its root) first, in chunks as the prompt is read, with a Stop and a progress line between
         them (a long prompt held the step for seconds with neither). False when a Stop came."""
         chunks = prompt_chunks(seq[self.draft_len:-1])
-        for i, chunk in enumerate(chunks):
-            if i and should_stop():
-                return False
-            attention.forward_causal(self.pair.draft, self.draft_cache, chunk)
+        first = self.draft_len
+
+        def said(chunk):
             self.draft_len += len(chunk)
             if progress is not None and len(chunks) > 1:
-                progress((i + 1) / len(chunks), f"catching the draft up on the text so far (the plan grew "
-                                                f"from one node): {self.draft_len:,} of {len(seq) - 1:,} tokens")
-        return True
+                progress((self.draft_len - first) / (len(seq) - 1 - first),
+                         f"catching the draft up on the text so far (the plan grew from one node): "
+                         f"{self.draft_len:,} of {len(seq) - 1:,} tokens")
+        return self._read_in_chunks(self.pair.draft, self.draft_cache, chunks, should_stop, said)
 
     def _fitted(self, tree: Tree, length: int) -> Tree:
         """The plan cut to what fits: positions below the context limit. Sliding-window layers
