@@ -269,7 +269,8 @@ def _the_planner_marks_the_imported_tree_at_its_own_value(served, client, size, 
                                                    r"<b>([\d.]+)×", out[0]).groups())
     mark = next(t for t in heat["data"] if t.get("name") == "chosen")
     assert (mark["x"], mark["y"]) == ([size], [depth]) and "imported tree" in mark["hovertemplate"], mark
-    assert round(float(mark["hovertemplate"].split("its own ")[1].split(" ")[0]), 2) == tokens   # the plan line's
+    # the plan line's (to its 2 decimals: rounding the mark's 3 decimals again could differ by 0.01)
+    assert abs(float(mark["hovertemplate"].split("its own ")[1].split(" ")[0]) - tokens) <= 0.0055
     star = next(t for t in speed["data"] if t.get("name") == "imported tree")
     assert star["x"] == [size] and "imported" in star["text"][0] and round(star["y"][0], 2) == speedup, (star, out[0])
 

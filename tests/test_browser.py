@@ -418,19 +418,21 @@ def test_a_measurement_waiting_for_the_model_says_so(served, page, monkeypatch):
 def test_a_redraw_landing_after_measure_was_pressed_gives_its_waiting_line_back(served, page, monkeypatch):
     """A Planner redraw checks Gradio's queue for this page's Measure before its figures are made
     and sent: Measure pressed in between had its waiting line written over with the vector's words,
-    which stayed until the next redraw. Here the tab select's redraw is held 3 s after that check."""
+    which stayed until the next redraw. Here the tab select's redraw is held after that check until
+    the page shows Measure's waiting line (a fixed 3 s hold let a loaded machine land the redraw
+    before the line, and nothing was then written over)."""
     import threading
 
     from app import planner_tab
     url, ctx = served
     start_a_slow_run(page, url, monkeypatch)
-    original, checked, armed = planner_tab.captions_in_use, threading.Event(), [True]
+    original, checked, said, armed = planner_tab.captions_in_use, threading.Event(), threading.Event(), [True]
 
     def checked_early(*args):
         out = original(*args)
-        if armed and armed.pop():   # the next redraw's check: its output lands 3 s later
+        if armed and armed.pop():   # the next redraw's check: its output lands once the line is shown
             checked.set()
-            time.sleep(3)
+            said.wait(30)
         return out
 
     open_tab(page, "Planner")
@@ -449,6 +451,8 @@ def test_a_redraw_landing_after_measure_was_pressed_gives_its_waiting_line_back(
     open_tab(page, "Planner")
     assert checked.wait(30), "the Planner was not redrawn"
     page.click("#sq-measure")
+    page.wait_for_function("window.sqSaid", timeout=20_000)
+    said.set()
     page.wait_for_function("window.sqLost", timeout=20_000)   # the held redraw landed over the line
     page.wait_for_function("window.sqBack", timeout=10_000)   # and the line came back
     assert "waiting: the model is busy" in page.locator("#sq-acc-caption").inner_text()
