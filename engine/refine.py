@@ -20,9 +20,12 @@ Rules:
   Settings a run or a race planned for are kept (a race's lanes plan one after another).
 - A unit starts only after IDLE_SECONDS with no job and no quick plan (a slider move); it takes
   ~12 s on the embedded pair here. Any job submitted while a unit runs stops it at its next
-  decoding step, forward or replayed position (the unit's prompt is measured again later): the
-  background delays a user's job by at most one of those, and never runs beside one, so timings
-  stay honest.
+  decoding step, forward or replayed position: the background delays a user's job by at most one
+  of those, and never runs beside one, so timings stay honest. The answer the unit had decoded so
+  far is kept (replay.AnswerSoFar) and the prompt's next unit continues it: a unit begun afresh
+  each time never finished under steady use (a helper saw "prompt 1/24" for 20 minutes, runs
+  every few tens of seconds on a loaded machine); its forwards and replays, a few seconds, are
+  done again.
 - A unit that fails drops its settings (logged); nothing else changes.
 - Off with Worker(refine_in_background=False) or `python app.py --no-background-refine`.
 Exactness is untouched: a vector only decides which trees later steps use (ALGORITHM.md §7)."""
@@ -56,6 +59,7 @@ class Wanted:
     top_k: int
     sampler: str
     done: dict = field(default_factory=dict)  # prompt index -> AcceptanceVector of that prompt
+    answers: dict = field(default_factory=dict)   # prompt index -> replay.AnswerSoFar (a stopped unit's answer)
     planned_at: float = field(default_factory=time.monotonic)   # when a plan last used these settings
     passing: bool = True   # only quick plans (controls moving) used them so far: they may have been passed
 
@@ -130,20 +134,23 @@ class Refiner:
     def run_unit(self, pair, should_stop, progress=None) -> list | None:
         """Measure one prompt of the most recently planned wanted settings. Returns the vectors saved when that
         completed the settings, else None. Raises profiler.Stopped when stopped."""
-        from engine.replay import replay_acceptance
+        from engine.replay import AnswerSoFar, replay_acceptance
         wanted = self._next(pair)
         if wanted is None:
             return None
         prompts = _prompts()
         index = next(i for i in range(len(prompts)) if i not in wanted.done)
         prompt = prompts[index]
+        so_far = wanted.answers.setdefault(index, AnswerSoFar())
         if progress:  # the status line shows it (engine/worker.py)
+            going_on = (f", its answer continued from {len(so_far.tokens)} of {TOKENS_PER_PROMPT} tokens"
+                        if so_far.tokens else "")
             progress(None, f"background: measuring acceptance at {wanted.label()} for later plans "
-                           f"(prompt {len(wanted.done) + 1}/{len(prompts)}; any job goes first)")
+                           f"(prompt {len(wanted.done) + 1}/{len(prompts)}{going_on}; any job goes first)")
         try:
             vec = replay_acceptance(pair, [prompt.text], wanted.temperature, wanted.top_p, wanted.sampler, WIDTH,
                                     tokens_per_prompt=TOKENS_PER_PROMPT, seed=index, top_k=wanted.top_k,
-                                    domain=prompt.kind, should_stop=should_stop)
+                                    domain=prompt.kind, should_stop=should_stop, answers=[so_far])
         except profiler.Stopped:
             raise
         except Exception as exc:  # noqa: BLE001 - the background must never disturb the user's work
@@ -151,6 +158,7 @@ class Refiner:
             self.drop(wanted.key)
             return None
         wanted.done[index] = vec
+        wanted.answers.pop(index, None)
         log.info("background acceptance at %s: prompt %d/%d measured (%d positions, %.1f s)", wanted.label(),
                  len(wanted.done), len(prompts), vec.positions, vec.seconds)
         if len(wanted.done) < len(prompts):

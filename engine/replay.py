@@ -23,7 +23,7 @@ shared scale, 0.87 and 0.80 one row at a time).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import torch
@@ -37,6 +37,35 @@ from engine.settings import Settings
 
 DECODE_METHOD = methods.chain(4)  # how the answers are decoded: any exact method, a chain is fast on a CPU
 DRAWS = 4                          # replays per position at T > 0
+RESUMED_SEED_STEP = 7919           # a resumed answer's sampling seed: its prompt's, moved on by this per resume
+
+
+@dataclass
+class AnswerSoFar:
+    """A prompt's answer as far as it was decoded (replay_acceptance's `answers`): a measurement
+    stopped while decoding it keeps these tokens, and the next one continues from them. The answer
+    is still the target's own sample (each token is drawn from the target given what precedes it);
+    only the random stream differs from an answer decoded in one go (another seed per resume)."""
+    tokens: list[int] = field(default_factory=list)
+    complete: bool = False
+    resumes: int = 0
+
+
+def _decoded_answer(pair: ModelPair, ids: list[int], settings: Settings, so_far: AnswerSoFar,
+                    should_stop: Callable[[], bool]) -> list[int]:
+    """The prompt's answer: `so_far`'s tokens, continued up to settings.max_new_tokens in all.
+    Raises Stopped when a stop came, with what was decoded kept in `so_far`."""
+    if not so_far.complete:
+        left = settings.max_new_tokens - len(so_far.tokens)
+        if left > 0:
+            more = replace(settings, max_new_tokens=left, seed=settings.seed + RESUMED_SEED_STEP * so_far.resumes)
+            tokens, events = generate_ids(pair, ids + so_far.tokens, DECODE_METHOD, more, should_stop=should_stop)
+            so_far.tokens = so_far.tokens + list(tokens)
+            if events and events[-1].finish_reason == "stopped":
+                so_far.resumes += 1
+                raise Stopped("measurement stopped")
+        so_far.complete = True
+    return so_far.tokens
 
 
 @torch.inference_mode()
@@ -94,7 +123,10 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
                       sampler: str = "sequoia", width: int = 16, tokens_per_prompt: int = 160, seed: int = 0,
                       chat: bool | None = None, draws: int = DRAWS, top_k: int | None = 0, domain: str = "",
                       progress: Progress | None = None,
-                      should_stop: Callable[[], bool] = lambda: False) -> AcceptanceVector:
+                      should_stop: Callable[[], bool] = lambda: False,
+                      answers: list[AnswerSoFar] | None = None) -> AcceptanceVector:
+    """`answers` (one per prompt): answers decoded so far by a measurement that was stopped, continued
+    here and kept up to date (engine/refine.py: a background unit a job stopped keeps its answer)."""
     if not 1 <= width <= 64:
         raise UserError(f"width must be between 1 and 64 (got {width})")
     if draws < 1:
@@ -109,10 +141,8 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
     for i, prompt in enumerate(prompts):
         _stop_if_asked(should_stop)
         ids = encode_prompt(pair, prompt, chat)
-        answer, events = generate_ids(pair, ids, DECODE_METHOD, replace(settings, seed=seed + i),
-                                      should_stop=should_stop)
-        if events and events[-1].finish_reason == "stopped":
-            raise Stopped("measurement stopped")
+        so_far = answers[i] if answers is not None else AnswerSoFar()
+        answer = _decoded_answer(pair, ids, replace(settings, seed=seed + i), so_far, should_stop)
         if not answer:
             prompt_counts.append(intervals.prompt_row([0.0] * (width + 1), 0))   # a prompt, no positions
             continue

@@ -58,7 +58,8 @@ def test_settings_planned_from_an_interpolated_vector_are_measured_while_idle(wo
 def test_a_submitted_job_stops_a_background_unit_and_goes_first(worker, monkeypatch):
     started, calls, order = threading.Event(), [], []
 
-    def slow_replay(pair, prompts, T, top_p, sampler, width, tokens_per_prompt, seed, top_k, domain, should_stop):
+    def slow_replay(pair, prompts, T, top_p, sampler, width, tokens_per_prompt, seed, top_k, domain, should_stop,
+                    answers):
         calls.append(seed)
         started.set()
         deadline = time.monotonic() + 30
@@ -182,6 +183,53 @@ def test_replay_stops_inside_a_prompt(worker):
     with pytest.raises(profiler.Stopped):
         replay_acceptance(worker.pair, ["a tree of tokens"], 0.75, tokens_per_prompt=64, should_stop=should_stop)
     assert 3 < len(asked) < 10
+
+
+def test_a_stopped_answer_is_kept_and_continued_not_begun_again(worker, monkeypatch):
+    """A stop mid-answer kept nothing: the prompt's next unit decoded its answer from the start, so
+    under steady use (a job every few tens of seconds on a loaded machine) a helper saw the
+    background at "prompt 1/24" for 20 minutes. The answer decoded so far is kept and continued."""
+    from engine import replay
+    from engine.replay import AnswerSoFar, replay_acceptance
+    decoded = []   # (tokens the decoder was given, new tokens asked for) per decoding
+    real = replay.generate_ids
+
+    def counting(pair, ids, method, settings, **kwargs):
+        decoded.append((len(ids), settings.max_new_tokens))
+        return real(pair, ids, method, settings, **kwargs)
+    monkeypatch.setattr(replay, "generate_ids", counting)
+    so_far, asked = AnswerSoFar(), []
+
+    def stop_mid_answer():
+        asked.append(1)
+        return len(asked) > 6
+
+    with pytest.raises(profiler.Stopped):
+        replay_acceptance(worker.pair, ["a tree of tokens"], 0.75, tokens_per_prompt=24, should_stop=stop_mid_answer,
+                          answers=[so_far])
+    kept = list(so_far.tokens)
+    assert 0 < len(kept) < 24 and not so_far.complete and so_far.resumes == 1
+    vec = replay_acceptance(worker.pair, ["a tree of tokens"], 0.75, tokens_per_prompt=24, answers=[so_far])
+    assert so_far.complete and so_far.tokens[:len(kept)] == kept
+    prompt_tokens, first_ask = decoded[0]
+    assert first_ask == 24 and decoded[1] == (prompt_tokens + len(kept), 24 - len(kept))   # continued, not begun again
+    assert vec.positions == len(so_far.tokens)
+    # the background keeps it between units: a stopped unit's prompt continues its answer
+    wanted = refine.Wanted("k", 0.75, 1.0, 0, "sequoia")
+    monkeypatch.setattr(refine.Refiner, "_next", lambda self, pair: wanted)
+    seen = []
+
+    def fake(*args, answers, **kwargs):
+        seen.append(answers[0])
+        answers[0].tokens.append(1)
+        raise profiler.Stopped("a job came")
+    monkeypatch.setattr("engine.replay.replay_acceptance", fake)
+    lines = []
+    for _ in range(2):
+        with pytest.raises(profiler.Stopped):
+            refine.Refiner().run_unit(worker.pair, lambda: False, lambda f, m: lines.append(m))
+    assert seen[0] is seen[1] and seen[1].tokens == [1, 1]
+    assert "its answer continued from 1 of" in lines[1] and "continued" not in lines[0]
 
 
 def test_app_flag_turns_the_background_off(monkeypatch):
