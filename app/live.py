@@ -401,6 +401,7 @@ def build(ctx: AppContext, header: dict) -> dict:
             yield {status: gr.skip()}   # a newer plan, or a run, was asked for since
             return
         sess.plan = result
+        sess.plan_shown()
         sess.publish(spec.kind, result)  # a PlanResult: the running job's learning re-plans its spec
         running = sess.running
         follows = running and sess.run_info.get("kind") == spec.kind
@@ -427,7 +428,7 @@ def build(ctx: AppContext, header: dict) -> dict:
 
     def refused(sess, message: str, in_page: bool):
         """A re-plan these values refuse: the plan line and status say so, and a toast, unless
-        the page's controls asked and it was shown the same refusal a moment ago (Session.said_already)."""
+        the page's controls asked and its last toast said the same with no plan since (Session.said_already)."""
         yield no_plan(sess, message)
         if not (in_page and sess.said_already(message)):
             raise page_error(message)

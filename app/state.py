@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,6 @@ RACE_CHOICES = [("Autoregressive", "ar"), ("Chain", "chain"), ("SpecInfer k×d",
                 ("Sequoia DP", "sequoia"), ("Sequoia hardware-aware", "sequoia-auto")]
 RACE_LABELS = {v: k for k, v in RACE_CHOICES}
 MAX_SESSIONS = 256
-REFUSAL_REPEAT_SECONDS = 2.0   # one click's re-plans land within it (Session.said_already)
 # the seed boxes' maximum: the browser holds numbers as doubles, so a larger integer arrived rounded
 # (2^63 - 1 typed came as 2^63, then refused); the CLI and the API's own callers take up to 2^63 - 1
 MAX_PAGE_SEED = 2**53 - 1
@@ -121,8 +119,7 @@ class Session:
     stopped_going: set = field(default_factory=set)
     # ids of this page's events a Stop took back while they waited in Gradio's queue (app/waiting.py)
     taken_back: OrderedDict = field(default_factory=OrderedDict)
-    # the plan refusal this page was last told in a toast, and when (said_already)
-    plan_refused: tuple = ("", float("-inf"))
+    plan_refused: str = ""                # the plan refusal this page was last told in a toast (said_already)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -143,18 +140,23 @@ class Session:
         (a race leaves the Live tab as it was)."""
         return bool(self.events) or self.run_info.get("run") is not None
 
-    def said_already(self, refusal: str, window: float = REFUSAL_REPEAT_SECONDS) -> bool:
-        """Whether the page was told this plan refusal in a toast within `window` seconds (else it
-        is noted as told now). One click can fire two re-plans: an option picked in the Method list
-        lets the mouse's release land on the Budget slider under the list, whose release re-plans
-        too, and the page showed one toast with the same refusal twice ("Error (2)")."""
-        now = time.monotonic()
+    def said_already(self, refusal: str) -> bool:
+        """Whether this plan refusal is the one the page was last told in a toast, with no plan shown
+        since (else it is noted as told now). One click can fire two re-plans (an option picked in the
+        Method list lets the mouse's release land on the Budget slider under the list, whose release
+        re-plans too: one toast held the refusal twice, "Error (2)"), and with one bad value each
+        later edit of another control raised it again ("Error (3)"); the plan line and the status
+        line say it all the while."""
         with self.lock:
-            said, when = self.plan_refused
-            if said == refusal and now - when < window:
+            if self.plan_refused == refusal:
                 return True
-            self.plan_refused = (refusal, now)
+            self.plan_refused = refusal
             return False
+
+    def plan_shown(self) -> None:
+        """A plan is on the page again: its next refusal is toasted (said_already)."""
+        with self.lock:
+            self.plan_refused = ""
 
     def plan_when_run_ends(self) -> None:
         """A plan the page asked for was not shown because a run or a race goes: show one once it

@@ -177,11 +177,12 @@ def test_the_planners_stop_with_nothing_going_leaves_its_captions(served, client
         assert client.predict(api_name=stop)[0] == "Nothing is running in this tab."
 
 
-def test_one_click_that_fires_two_re_plans_shows_one_refusal_but_a_script_always_gets_it(client):
+def test_a_refused_value_is_toasted_once_until_a_plan_is_shown_but_a_script_always_gets_it(client):
     """Picking "Imported tree" in the Method list with nothing imported: the mouse's release lands
     on the Budget slider under the list, whose release re-plans too, and the page showed one toast
-    with the refusal twice ("Error (2)", seen in Chromium). The page's controls now toast a refusal
-    once within a moment (the plan line and status still say it); the API's /plan always raises."""
+    with the refusal twice ("Error (2)", seen in Chromium), and each later edit of another control
+    raised it again. The page's controls now toast a refusal once until a plan is shown again (the
+    plan line and status say it all the while); the API's /plan always raises."""
     values = ("tree", 8, 4, False, 0, 1, 0, PROMPT, 64)
     with pytest.raises(Exception, match="no imported tree"):
         client.predict(*values, api_name="/plan_on_method")
@@ -190,8 +191,14 @@ def test_one_click_that_fires_two_re_plans_shows_one_refusal_but_a_script_always
     assert "No plan until then" in again[2]
     with pytest.raises(Exception, match="no imported tree"):   # a script asks: it is told every time
         client.predict(*values[:6], api_name="/plan")
+    # another control edited while the value stays refused (a helper saw "Error (3)"): said on the lines
+    later = client.predict("tree", 8, 4, False, 0.3, 1, 0, PROMPT, 64, api_name="/plan_on_temperature")
+    assert "no imported tree" in later[0] and "No plan until then" in later[2]
     with pytest.raises(Exception, match="depth >= 2"):   # another refusal is said at once
         client.predict("chain", 8, 1, False, 0, 1, 0, PROMPT, 64, api_name="/plan_on_depth")
+    assert client.predict("chain", 8, 4, False, 0, 1, 0, PROMPT, 64, api_name="/plan_on_depth")[-1]["size"] == 4
+    with pytest.raises(Exception, match="no imported tree"):   # after a plan was shown: told again
+        client.predict(*values, api_name="/plan_on_method")
 
 
 def test_every_event_has_an_api_name(served):
