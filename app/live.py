@@ -5,12 +5,13 @@ import functools
 import logging
 import time
 from collections import Counter
+from typing import Callable
 
 import gradio as gr
 
 from app import plots, render, waiting
 from app.errors import page_error
-from app.state import JOB_KINDS, MAX_PAGE_SEED, METHOD_CHOICES, AppContext, settings_from, spec_from
+from app.state import JOB_KINDS, MAX_PAGE_SEED, METHOD_CHOICES, AppContext, Session, settings_from, spec_from
 from engine import interpolation, prompt_memory
 from engine.decoding import StepEvent
 from engine.errors import UserError
@@ -679,7 +680,9 @@ def build(ctx: AppContext, header: dict) -> dict:
                           show_progress_on=[status])
     after_run(run_event, plan_after_run, plan_inputs, plan_outputs, "plan_after_run", show_progress="hidden",
               **PAGE_WIRING, **LIGHT)
-    wire_stop(ctx, stop, "live", status, api_name="stop", runs={"Live run": run_event})
+    # a run still reading its prompt (minutes for a long one) has no step to finish
+    wire_stop(ctx, stop, "live", status, api_name="stop", runs={"Live run": run_event},
+              stopping=lambda sess: STOPPING if sess.events else STOPPING_BEFORE_A_STEP)
     # .input: the user's own drags and typed values (never the update a finished run sends)
     replay.input(show_step, replay, [tree, text, step_json, status], api_name="replay", show_progress="hidden",
                  trigger_mode="always_last", **LIGHT)
@@ -715,13 +718,14 @@ def no_tree_yet():
 
 
 STOPPING = "■ stopping after the current step…"   # what a tab's Stop says when it stopped its run
+STOPPING_BEFORE_A_STEP = "■ stopping before the first step…"   # the Live run's, while it has none (reading the prompt)
 
 # what a run says when it waited for the model slot and its tab's Stop took it back (app/waiting.py)
 TAKEN_BACK = "■ Stopped before it started (Stop took it back while it waited for the model)."
 
 
 def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict | None = None,
-              stopping: str = STOPPING) -> None:
+              stopping: str | Callable[[Session], str] = STOPPING) -> None:
     """A tab's Stop button: stops this tab's own jobs, takes back its `runs` (what each is called:
     the event the tab wired) that wait in Gradio's queue, and says so in the tab's status `line`
     (Session.stop_tab, stop_reply); then, once that reply is shown, puts back the line the stopped
@@ -731,8 +735,9 @@ def wire_stop(ctx: AppContext, button, tab: str, line, api_name: str, runs: dict
 
     def stop(request: gr.Request = None):
         took_back = take_back_waiting(ctx, request, tab)
-        stopped = ctx.sessions.get(request).stop_tab(tab)
-        return stop_reply(stopped, tab, took_back, stopping)
+        sess = ctx.sessions.get(request)
+        stopped = sess.stop_tab(tab)
+        return stop_reply(stopped, tab, took_back, stopping(sess) if callable(stopping) else stopping)
 
     def line_after_stop(request: gr.Request):
         ended = ctx.sessions.get(request).line_after_stop(tab)

@@ -26,7 +26,7 @@ def test_stop_pressed_during_a_forward_ends_the_run_exactly(served, client, refe
         page = client.submit(*gen_args(max_new_tokens=64), api_name="/generate")
         assert hold.entered.wait(60), f"the {role} never ran a 4th forward"
         run = next(j for j in jobs if j.name == "generate")
-        assert "stopping" in client.predict(api_name="/stop")
+        assert client.predict(api_name="/stop") == "■ stopping after the current step…"
         assert run.stop_requested and run.state == "running"  # pressed while the forward is held
         hold.released.set()
         final = page.result()[6]
@@ -38,6 +38,23 @@ def test_stop_pressed_during_a_forward_ends_the_run_exactly(served, client, refe
     # what was produced before the stop is the target's own greedy text, cut short
     assert reference["text"].startswith(final["text"]), (final["text"], reference["text"])
     assert hold.calls <= hold.call + 2  # the run ended right after the held step, not at max tokens
+    assert still_exact(client, reference) < 10
+
+
+@pytest.mark.timeout(120)
+def test_stop_pressed_while_the_prompt_is_read_says_it_stops_before_the_first_step(served, client, reference, jobs):
+    """A run reading its prompt (minutes for a long one) has no step: Stop said "stopping after the
+    current step" there (a helper's walk-through)."""
+    hold = HoldForward(served["ctx"].worker.pair.target, call=1)   # the prompt's prefill
+    try:
+        page = client.submit(*gen_args(max_new_tokens=64), api_name="/generate")
+        assert hold.entered.wait(60), "the target never read the prompt"
+        assert client.predict(api_name="/stop") == "■ stopping before the first step…"
+        hold.released.set()
+        final = page.result()[6]
+    finally:
+        hold.remove()
+    assert final["finish_reason"] == "stopped" and final["total_tokens"] == 0
     assert still_exact(client, reference) < 10
 
 
