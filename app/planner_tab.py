@@ -173,7 +173,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                        live["top_p"], live["top_k"], live["prompt"], live["max_new"]]   # as a Live run would plan
     header_plan = live["plan_md"]
     outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
-               header_plan]
+               header_plan, import_status]
 
     def _mark(result, spec) -> tuple[int, int] | None:
         """Where the charts mark the plan: the hardware-aware choice, an imported tree's own size
@@ -365,7 +365,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
         if sess.planner_views.superseded(ticket):
             return {info: gr.skip()}
-        return {**out, **captions_in_use(ctx, request, caption_of)}
+        return {**out, **captions_in_use(ctx, request, caption_of), import_status: import_line(sess, method_v)}
 
     def waiting_lines_again(request: gr.Request = None):
         """Chained after every redraw, once its output has landed: a redraw checked Gradio's queue
@@ -450,9 +450,9 @@ def build(ctx: AppContext, live: dict) -> dict:
             yield {import_status: f"✗ Import of **{render.esc(Path(path).name)}** failed: {render.esc(str(exc))}.{kept}",
                    upload: None}
             raise page_error(f"import failed: {exc}") from None
-        sess.imported = tree
+        sess.imported, sess.imported_name = tree, Path(path).name
         shape = f"{plural(tree.size, 'node')}, {plural(tree.depth, 'level')}"
-        # (said as what the import did: the Live method can be changed again afterwards)
+        # (said as what the import did; a later redraw says whether the Live method still uses it)
         yield {import_status: f"Imported **{render.esc(Path(path).name)}**: {shape} (widths {tree.level_widths}), "
                                "and set the Live tab's method to *Imported tree*.",
                 chosen: plots.plan_figure(tree, None, title=f"Imported tree: {shape}"),
@@ -500,6 +500,20 @@ def build(ctx: AppContext, live: dict) -> dict:
     imported.success(refresh, settings_inputs, outputs, api_name="planner_on_import", trigger_mode="always_last",
                      **PAGE_WIRING, **refresh_event).then(waiting_lines_again, None, captions, **again)
     return {"refresh": (refresh, settings_inputs, outputs), "waiting_lines_again": (waiting_lines_again, captions)}
+
+
+def import_line(sess, method: str) -> str:
+    """The line under the Import box at a redraw: the tree this page imported, and whether the Live
+    tab's method uses it (it kept saying "set the Live tab's method to Imported tree" beside a
+    Sequoia plan once the method was changed back)."""
+    tree = sess.imported
+    if tree is None:
+        return ""
+    what = (f"**{render.esc(sess.imported_name or 'the imported tree')}** "
+            f"({plural(tree.size, 'node')}, {plural(tree.depth, 'level')})")
+    if method == "tree":
+        return f"Imported {what}: the Live tab's method is *Imported tree*, the plan shown here."
+    return f"Imported {what} is kept: pick *Imported tree* as the Live tab's method to use it."
 
 
 def _follow(job, caption, what: str, sess):

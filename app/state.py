@@ -98,6 +98,7 @@ class Session:
     run_info: dict = field(default_factory=dict)  # greedy, sampler, planned vector, label, ...
     live: tuple = (0, None, None)
     imported: Tree | None = None
+    imported_name: str = ""               # the imported tree's file name (the Planner's line says it)
     plan: Any = None                      # last PlanResult shown
     submitting: bool = False              # Generate is handing a run to the worker (no job object yet)
     # plans of one page run side by side and the one shown must be the newest asked for, not the
