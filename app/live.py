@@ -266,6 +266,8 @@ class Run:
                 carried = remembered.get("carried_from", "")
                 post_name += ",<br>with " + prompt_memory.described(remembered["positions"], remembered["runs"],
                                                                     carried, "<br>" if carried else " ")
+                if ended:   # the next run's plan line counts this run too: a second, larger count beside it
+                    post_name += " when this run started"
             return plots.acceptance_figure(self.learning["prior"], observed, ci=vec.ci95 if vec is not None else None,
                                            planned_name="prior (run start)", posterior=self.learning["posterior"],
                                            posterior_name=post_name, height=260 + 16 * post_name.count("<br>"),

@@ -401,6 +401,9 @@ def test_the_live_chart_says_when_the_posterior_is_for_the_answers_rest():
     last.done, last.finish_reason = True, "max_new_tokens"
     run.events = [last]
     assert last.done and [t.name for t in run.acc_fig().data][-1].startswith("posterior (at the run's end),<br>with 30")
+    # the memory it counted is the one it started with (the next plan's line counts this run as well:
+    # "24 positions remembered from 1 earlier run" beside the legend's 23 read as a contradiction)
+    assert [t.name for t in run.acc_fig().data][-1].endswith("at T=0.7 (rescaled) when this run started")
 
 
 def test_the_plan_says_which_positions_back_it():
