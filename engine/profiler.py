@@ -128,6 +128,9 @@ def measure_acceptance(pair: ModelPair, prompts: list[str], temperature: float, 
     for i, prompt in enumerate(prompts):
         ids = encode_prompt(pair, prompt, chat)
         before = [*counts, none]
+        if progress:   # said before its prompt is read: the first step's line came seconds later
+            progress(i / len(prompts), f"measuring acceptance: prompt {i + 1}/{len(prompts)}, reading it "
+                                       f"({sum(counts) + none} positions so far)")
         for event in generate(pair, ids, method, settings, should_stop=should_stop):
             if event.finish_reason == "stopped":
                 raise Stopped("measurement stopped")

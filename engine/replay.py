@@ -141,6 +141,9 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
     for i, prompt in enumerate(prompts):
         _stop_if_asked(should_stop)
         ids = encode_prompt(pair, prompt, chat)
+        if progress:   # its answer is decoded first (most of a prompt's time): said before, not only after
+            progress(i / len(prompts), f"replaying acceptance: prompt {i + 1}/{len(prompts)}, decoding its answer "
+                                       f"({positions} positions so far)")
         so_far = answers[i] if answers is not None else AnswerSoFar()
         answer = _decoded_answer(pair, ids, replace(settings, seed=seed + i), so_far, should_stop)
         if not answer:

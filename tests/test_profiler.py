@@ -24,6 +24,18 @@ def test_draft_equal_to_target_accepts_rank_one(temperature):
     assert all(row[0] == sum(row[1:]) for row in vec.prompt_counts)
 
 
+def test_a_measurement_says_each_prompt_before_reading_it():
+    """Its first line came with the first step, after the prompt was read (12 s of "starting" on a
+    loaded machine): each prompt is now said before it is read, then each step."""
+    lines = []
+    profiler.measure_acceptance(tiny_pair("llama"), PROMPTS, 0.0, width=4, tokens_per_prompt=8,
+                                progress=lambda fraction, message: lines.append((fraction, message)))
+    assert lines[0] == (0.0, "measuring acceptance: prompt 1/2, reading it (0 positions so far)")
+    second = next(k for k, (_, message) in enumerate(lines) if "prompt 2/2, reading it" in message)
+    assert lines[second][0] == 0.5 and all("positions" in message for _, message in lines[1:second])
+    assert [f for f, _ in lines] == sorted(f for f, _ in lines)
+
+
 def test_a_short_measurement_that_hides_a_shipped_vector_is_found(tmp_path, monkeypatch):
     """The user cache is read before the shipped vectors: a default `measure` (193 positions)
     silently took the place of the shipped 3,067-position vector at T = 0."""
