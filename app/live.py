@@ -156,6 +156,19 @@ class Run:
     def steps(self) -> list[StepEvent]:
         return [e for e in self.events if e.nodes]
 
+    def slower_than_profiled(self, ev) -> str:
+        """Words for a run whose steps took BUSY_RATIO times the device profile's prediction or more
+        (its plan's seconds per step): other work on the machine slows every speed shown, and nothing
+        said so (a helper saw one run at 1.1 and, later, 5.7 tokens/s, beside the same predicted speedup)."""
+        predicted = getattr(self.plan, "predicted_seconds_per_step", None) if self.plan else None
+        if not predicted or ev.total_steps < 3 or ev.total_seconds <= 0:
+            return ""
+        ratio = ev.total_seconds / ev.total_steps / predicted
+        if ratio < BUSY_RATIO:
+            return ""
+        return (f" Its steps took {ratio:.1f}× the time the device profile predicts: the machine may be busy "
+                "(other work slows every speed shown here).")
+
     def _planned_trees(self) -> list[tuple]:
         """The plan's tree, then each step's as planned (before a cut at the context limit, which
         is no change of plan)."""
@@ -719,6 +732,7 @@ def no_tree_yet():
     return plots.empty_figure("The tree appears after the first plan or step.")
 
 
+BUSY_RATIO = 2.5   # a run's steps this much slower than the device profile predicts: the machine seems busy
 STOPPING = "■ stopping after the current step…"   # what a tab's Stop says when it stopped its run
 STOPPING_BEFORE_A_STEP = "■ stopping before the first step…"   # the Live run's, while it has none (reading the prompt)
 
@@ -838,6 +852,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
         return (f"{head}: **{plural(ev.total_tokens, 'token')} in {plural(ev.total_steps, 'step')}**, "
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
                 f"{run.replanned_words()}, {run.settings_words()}."
+                + (run.slower_than_profiled(ev) if hasattr(run, "slower_than_profiled") else "")
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
     return f"● {run.label_now}: step {ev.step} · {plural(ev.total_tokens, 'token')} · {ev.tokens_per_second:.1f} tokens/s"
 

@@ -674,6 +674,26 @@ def test_a_stopped_live_run_says_stopped_not_done():
     assert line.startswith("✓ Done (the model ended its answer): **3 tokens in 1 step**") and "Replay" not in line
 
 
+def test_a_run_much_slower_than_the_device_profile_says_the_machine_may_be_busy():
+    """The same run read 1.1 tokens/s beside a busy machine and 5.7 later, under the same predicted
+    speedup, and nothing said why: a run whose steps took 2.5x the profile's time says so."""
+    from types import SimpleNamespace
+    from app.live import Run, _run_status
+    from engine.settings import Settings
+    run = Run(Settings(), SimpleNamespace(predicted_seconds_per_step=0.1, method=SimpleNamespace(label="chain d=4")))
+    run.replanned_words = lambda: ""
+
+    def last(seconds, steps=10):
+        return SimpleNamespace(done=True, finish_reason="max_new_tokens", total_tokens=30, total_steps=steps,
+                               tokens_per_step=3.0, tokens_per_second=30 / seconds, total_seconds=seconds)
+    assert "Its steps took 3.0× the time the device profile predicts: the machine may be busy" in _run_status(
+        last(3.0), run)
+    assert "busy" not in _run_status(last(2.0), run)             # 2x: within what a profile's drift explains
+    assert "busy" not in _run_status(last(3.0, steps=2), run)    # too few steps to say
+    run.plan = SimpleNamespace(predicted_seconds_per_step=None, method=SimpleNamespace(label="chain d=4"))
+    assert "busy" not in _run_status(last(30.0), run)            # no device profile: nothing to compare with
+
+
 def test_a_live_runs_last_line_and_step_data_name_the_sampling_it_used():
     """A helper's walk-through: after a sampled run nothing on screen said at which temperature,
     top-k, top-p and seed it ran (the sliders read the next run's values by then)."""
