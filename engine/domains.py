@@ -4,7 +4,8 @@ vectors are measured per domain and the planner takes the one that fits the prom
 
 Rule, stated so a reader can redo it:
 - A prompt is "code" when it shows at least two signs of code (a programming word such as
-  function, class, SQL, Python, script, bug; or code characters such as backticks, braces,
+  function, class, SQL, Python, script, bug (Go only with its capital: "go" is an everyday
+  word); or code characters such as backticks, braces,
   `def `, `=>`, `;` at a line end), "prose" when it shows none and has at least five words, and
   unsure otherwise.
 - The domain's own vector is used only when the code and prose vectors of the same settings differ
@@ -22,7 +23,7 @@ from engine.errors import UserError
 DOMAINS = ("code", "prose")
 _CODE_WORDS = re.compile(
     r"\b(code|coding|function|method|class|script|program|programming|implement|refactor|compile|debug|bug|"
-    r"python|javascript|typescript|java|rust|golang|go|c\+\+|sql|query|bash|shell|regex|api|json|html|css|"
+    r"python|javascript|typescript|java|rust|golang|(?-i:Go)|c\+\+|sql|query|bash|shell|regex|api|json|html|css|"
     r"react|vue|angular|svelte|django|flask|kotlin|php|haskell|scala|perl|pytest|unit tests?|algorithm|variable|"
     r"loop|array|dictionary|list comprehension|linked list|struct|stdin|stdout)\b",
     re.IGNORECASE)

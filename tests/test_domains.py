@@ -27,6 +27,15 @@ def test_the_held_out_prompts_were_not_measured_on():
     assert {p.kind for p in held_out} == {"code", "prose"}
 
 
+def test_everyday_english_is_not_taken_for_code():
+    """A walk-through's prompt of everyday words was "a code prompt": "go" counted as the language
+    (Go, capitalised, still does: "Write a Go program")."""
+    text = "Let us go to the sea and go for a walk along the shore before the sun sets over the hills."
+    assert domains.prompt_domain(text) == "prose"
+    assert domains.prompt_domain("Write a golang program that reads stdin.") == "code"
+    assert domains.prompt_domain("Write a Go program with four goroutines.") == "code"
+
+
 def test_short_or_empty_prompts_are_unsure():
     for text in ("", "   ", "hello", "What is 2+2?"):
         assert domains.prompt_domain(text) is None
