@@ -173,7 +173,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                        live["top_p"], live["top_k"], live["prompt"], live["max_new"]]   # as a Live run would plan
     header_plan = live["plan_md"]
     outputs = [info, acc_chart, acc_caption, heat, prof_chart, prof_caption, speed, chosen, export, planner_json,
-               header_plan, import_status]
+               header_plan]
 
     def _mark(result, spec) -> tuple[int, int] | None:
         """Where the charts mark the plan: the hardware-aware choice, an imported tree's own size
@@ -365,7 +365,7 @@ def build(ctx: AppContext, live: dict) -> dict:
         out = view(method_v, budget_v, depth_v, hw_v, temp_v, top_p_v, top_k_v, prompt_v, max_new_v, request)
         if sess.planner_views.superseded(ticket):
             return {info: gr.skip()}
-        return {**out, **captions_in_use(ctx, request, caption_of), import_status: import_line(sess, method_v)}
+        return {**out, **captions_in_use(ctx, request, caption_of)}
 
     def waiting_lines_again(request: gr.Request = None):
         """Chained after every redraw, once its output has landed: a redraw checked Gradio's queue
@@ -463,8 +463,14 @@ def build(ctx: AppContext, live: dict) -> dict:
     tab = live["planner_tab"]
     captions = [acc_caption, prof_caption]
     again = dict(show_progress="hidden", **PAGE_WIRING, **LIGHT)   # (chained after each redraw)
-    tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event).then(
-        waiting_lines_again, None, captions, **again)
+    def import_line_now(method_v, request: gr.Request = None):
+        """The line under the Import box, as the Live method now stands (import_line)."""
+        return import_line(ctx.sessions.get(request), method_v)
+
+    selected = tab.select(refresh, settings_inputs, outputs, api_name="planner", **refresh_event)
+    selected.then(waiting_lines_again, None, captions, **again)
+    selected.then(import_line_now, live["method"], import_status, api_name="import_line", show_progress="hidden",
+                  **LIGHT)
     # pressed while another job holds the model (a race, another page's run), each caption says so:
     # the button only greyed, with nothing said until that job ended
     measured = model_run(measure, run_measure, settings_inputs, outputs, "measure", show_progress="minimal",

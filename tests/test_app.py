@@ -234,9 +234,9 @@ def test_import_tree_json_and_growmap(served, client, tmp_path):
     _the_planner_marks_the_imported_tree_at_its_own_value(served, client, 6, 4)
     # the line under the Import box follows the Live method at each redraw (it kept saying "set the
     # Live tab's method to Imported tree" beside a Sequoia plan)
-    line = client.predict("sequoia", 8, 4, False, 0, 1, 0, PROMPT, 64, api_name="/planner")[11]
+    line = client.predict("sequoia", api_name="/import_line")
     assert line == "Imported **tree.json** (6 nodes, 4 levels) is kept: pick *Imported tree* as the Live tab's method to use it."
-    line = client.predict("tree", 8, 4, False, 0, 1, 0, PROMPT, 64, api_name="/planner")[11]
+    line = client.predict("tree", api_name="/import_line")
     assert "the Live tab's method is *Imported tree*" in line and "tree.json" in line
     grow = tmp_path / "growmap.pt"
     torch.save({"Successors": [[1, 2], [3], [], []], "size": 4}, grow)
@@ -388,7 +388,7 @@ def test_the_planner_tab_plans_for_the_live_prompts_kind(served, client):
     shown = {}
     for prompt in ("Write a Python function `f(x)` that sorts x.", "Tell me a story about a quiet lighthouse keeper"):
         out = client.predict("sequoia", 8, 4, False, 0.3, 1, 0, prompt, api_name="/planner")
-        shown[prompt[:5]] = (out[9].get("acceptance_domain"), out[10])   # the plan's JSON, the header's plan
+        shown[prompt[:5]] = (out[-2].get("acceptance_domain"), out[-1])
     assert shown["Write"][0] == "code" and "code vector" in shown["Write"][1]
     assert shown["Tell "][0] == "prose" and "prose vector" in shown["Tell "][1]
     # the vector's cache file is named once (the domain's reason repeated it)
@@ -409,10 +409,9 @@ def test_the_planner_tab_leaves_the_header_plan_of_another_live_method(served, c
         draft_kernels=profiler.draft_kernels(pair)))
     out = client.predict("chain", 8, 4, False, 0.9, 1, 0, "def f(x):", 64, api_name="/planner")
     assert out[0].startswith("The Live method is Chain;") and "Sequoia" in out[0], out[0]
-    header = 10   # the header's plan line
-    assert isinstance(out[header], dict) and out[header].get("__type__") == "update" and "value" not in out[header]
+    assert isinstance(out[-1], dict) and out[-1].get("__type__") == "update" and "value" not in out[-1], out[-1]
     out = client.predict("sequoia", 8, 4, False, 0.9, 1, 0, "def f(x):", 64, api_name="/planner")
-    assert out[header] == out[0] and "Plan: <b>Sequoia" in out[0], (out[0], out[header])   # a Sequoia one: both
+    assert out[-1] == out[0] and "Plan: <b>Sequoia" in out[0], (out[0], out[-1])   # a Sequoia one: both
 
 
 def test_the_race_tab_says_what_it_will_show_before_a_race(served):
