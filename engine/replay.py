@@ -49,6 +49,7 @@ class AnswerSoFar:
     tokens: list[int] = field(default_factory=list)
     complete: bool = False
     resumes: int = 0
+    seconds: float = 0.0   # spent decoding it in tries that were stopped (the vector's time counts them)
 
 
 def _decoded_answer(pair: ModelPair, ids: list[int], settings: Settings, so_far: AnswerSoFar,
@@ -59,10 +60,12 @@ def _decoded_answer(pair: ModelPair, ids: list[int], settings: Settings, so_far:
         left = settings.max_new_tokens - len(so_far.tokens)
         if left > 0:
             more = replace(settings, max_new_tokens=left, seed=settings.seed + RESUMED_SEED_STEP * so_far.resumes)
+            began = time.perf_counter()
             tokens, events = generate_ids(pair, ids + so_far.tokens, DECODE_METHOD, more, should_stop=should_stop)
             so_far.tokens = so_far.tokens + list(tokens)
             if events and events[-1].finish_reason == "stopped":
                 so_far.resumes += 1
+                so_far.seconds += time.perf_counter() - began
                 raise Stopped("measurement stopped")
         so_far.complete = True
     return so_far.tokens
@@ -168,7 +171,8 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
     ci, basis = intervals.vector_ci(probs, positions, prompt_counts)
     return AcceptanceVector(probs, counts[width] / positions, positions, ci, pair.draft_name, pair.target_name,
                             "greedy" if temperature == 0 else sampler, float(temperature), float(top_p), width,
-                            len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"), time.perf_counter() - start,
+                            len(prompts), time.strftime("%Y-%m-%dT%H:%M:%S"),
+                            time.perf_counter() - start + sum(a.seconds for a in answers or ()),
                             draft_kernels=draft_kernels(pair), top_k=int(top_k or 0) if temperature else 0,
                             domain=domain, method="replay", machine=machine_description(pair.device),
                             prompt_counts=prompt_counts, interval=basis)

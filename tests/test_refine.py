@@ -208,8 +208,9 @@ def test_a_stopped_answer_is_kept_and_continued_not_begun_again(worker, monkeypa
         replay_acceptance(worker.pair, ["a tree of tokens"], 0.75, tokens_per_prompt=24, should_stop=stop_mid_answer,
                           answers=[so_far])
     kept = list(so_far.tokens)
-    assert 0 < len(kept) < 24 and not so_far.complete and so_far.resumes == 1
+    assert 0 < len(kept) < 24 and not so_far.complete and so_far.resumes == 1 and so_far.seconds > 0
     vec = replay_acceptance(worker.pair, ["a tree of tokens"], 0.75, tokens_per_prompt=24, answers=[so_far])
+    assert vec.seconds > so_far.seconds   # its time counts the stopped try's decoding too
     assert so_far.complete and so_far.tokens[:len(kept)] == kept
     prompt_tokens, first_ask = decoded[0]
     assert first_ask == 24 and decoded[1] == (prompt_tokens + len(kept), 24 - len(kept))   # continued, not begun again
