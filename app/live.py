@@ -852,7 +852,7 @@ def _run_status(ev: StepEvent, run: Run) -> str:
         return (f"{head}: **{plural(ev.total_tokens, 'token')} in {plural(ev.total_steps, 'step')}**, "
                 f"{ev.tokens_per_step:.2f} tokens/step, {ev.tokens_per_second:.1f} tokens/s with {run.label}"
                 f"{run.replanned_words()}, {run.settings_words()}."
-                + (run.slower_than_profiled(ev) if hasattr(run, "slower_than_profiled") else "")
+                + run.slower_than_profiled(ev)
                 + (" Drag *Replay a step* to look at any step." if ev.total_steps >= 2 else ""))
     return f"● {run.label_now}: step {ev.step} · {plural(ev.total_tokens, 'token')} · {ev.tokens_per_second:.1f} tokens/s"
 

@@ -504,11 +504,6 @@ def clear_place(x: float, y: float, text: str, lines: list[tuple[list, list]], x
     return next((place for place in LABEL_PLACES if counts[place] == 0), min(LABEL_PLACES, key=counts.get))
 
 
-def _top(*curves) -> float:
-    """The speedup axis's highest point: the curves' (1× at least)."""
-    return max([v for curve in curves for v in curve if v is not None] + [1.0])
-
-
 def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 280,
                    measured_up_to: int | None = None, imported_speedup: float | None = None,
                    imported: bool = False, depth_cap: int | None = None) -> go.Figure:
@@ -543,6 +538,7 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
         fig.add_trace(go.Scatter(x=budgets, y=deeper, mode="lines", name=f"any depth up to {max(grid.depths)}",
                                  line=dict(color=PLANNED, width=1, dash="dot"), opacity=0.45, customdata=deeper_d,
                                  hovertemplate="n=%{x} (best d=%{customdata}): %{y:.2f}×<extra></extra>"))
+    top = max([v for v in best + deeper if v is not None] + [1.0])   # the axis's range: top * 1.2 (label headroom)
     if chosen:
         n, d = chosen
         i = budgets.index(n) if n in budgets else None
@@ -559,11 +555,10 @@ def speedup_figure(grid, chosen: tuple[int, int] | None = None, height: int = 28
                                      text=[label],
                                      textposition=(f"bottom {side}" if imported else
                                                    clear_place(n, y, label, drawn, (budgets[0], budgets[-1]),
-                                                               (0, _top(best, deeper) * 1.2), (560, height - 130))),
+                                                               (0, top * 1.2), (560, height - 130))),
                                      marker=dict(size=13, color="#f43f5e", symbol="star")))
     fig.add_hline(y=1, line=dict(color=FONT, width=1, dash="dash"))
     fig.update_xaxes(title_text="tree budget n", gridcolor=GRID)
-    top = _top(best, deeper)
     # headroom above the highest point, so the chosen tree's label is not cut by the plot's edge
     fig.update_yaxes(title_text="predicted speedup ×", range=[0, top * 1.2], gridcolor=GRID)
     return _base_layout(fig, height, "Predicted speedup vs budget (from G and the device profile)",

@@ -665,7 +665,8 @@ def test_a_stopped_live_run_says_stopped_not_done():
     def last(reason, steps, tokens):
         return SimpleNamespace(done=True, finish_reason=reason, total_tokens=tokens, total_steps=steps,
                                tokens_per_step=tokens / max(steps, 1), tokens_per_second=2.0)
-    run = SimpleNamespace(label="Sequoia n=8 d=4", replanned_words=lambda: "", settings_words=lambda: "greedy (T = 0)")
+    run = SimpleNamespace(label="Sequoia n=8 d=4", replanned_words=lambda: "", settings_words=lambda: "greedy (T = 0)",
+                          slower_than_profiled=lambda ev: "")
     assert _run_status(last("stopped", 0, 0), run) == STOPPED_BEFORE_A_STEP
     line = _run_status(last("stopped", 5, 12), run)
     assert line.startswith("■ Stopped: **12 tokens in 5 steps**") and "Done" not in line and "Replay" in line
