@@ -372,11 +372,5 @@ def spec_from(method: str, budget, depth, hardware_aware: bool = False, session:
 
 
 def read_tree_file(path: str) -> Tree:
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read the uploaded file: {exc.strerror}") from None
-    if not data:
-        raise UserError("the uploaded file is empty")
     # every format the Planner exports reads back (its own vLLM and Medusa exports were refused)
-    return export.import_tree(data, name=path)
+    return export.read_tree_file(path, "the uploaded file")

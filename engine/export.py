@@ -18,6 +18,7 @@ import ast
 import io
 import json
 import shlex
+from pathlib import Path
 
 import torch
 
@@ -218,6 +219,18 @@ def detect_format(data: bytes) -> str:
     if isinstance(obj, list) and obj and all(isinstance(x, list) for x in obj):
         return "medusa"
     return "json"
+
+
+def read_tree_file(path: str, described: str) -> Tree:
+    """The tree in file `path`, in any format import_tree reads; `described` names the file in a
+    refusal as its reader knows it (the CLI's "--tree FILE", the Planner's "the uploaded file")."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {described}: {exc.strerror}") from None
+    if not data:
+        raise UserError(f"{described} is empty")
+    return import_tree(data, name=path)
 
 
 def import_tree(data: bytes, fmt: str | None = None, name: str | None = None) -> Tree:

@@ -313,7 +313,9 @@ def test_generate_refuses_what_needs_no_models_before_loading_them(tmp_path, cap
     monkeypatch.setattr(generate, "pair_from_args", lambda args: pytest.fail("the pair was loaded"))
     tree = tmp_path / "tree.json"
     tree.write_text(json.dumps({"parents": [-1, 0, 0, 1, 2, 3]}))
+    (tmp_path / "empty.json").write_text("")
     for extra, needle in ((["--prompt", "  "], "prompt is empty"),
+                          (["--prompt", "x", "--tree", tmp_path / "empty.json"], f"--tree {tmp_path / 'empty.json'} is empty"),
                           (["--prompt", "x", "--budget", "0"], "budget"),
                           (["--prompt", "x", "--depth", "0"], "depth"),
                           (["--prompt", "x", "--method", "chain", "--auto"], "--auto plans Sequoia trees"),

@@ -150,8 +150,4 @@ def load_tree_file(path: str) -> Tree:
     """A tree in any format `export` writes (tree JSON, growmap .pt, vLLM or Medusa JSON),
     detected as `export --tree` detects it: an export fed back said "tree parents must be
     integers" (Medusa) or "tree JSON must be {"parents": ...}" (vLLM)."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read --tree {path}: {exc.strerror}") from None
-    return export.import_tree(data, name=path)
+    return export.read_tree_file(path, f"--tree {path}")
