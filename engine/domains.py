@@ -69,9 +69,22 @@ def pooled_vector(parts: list):
     first = parts[0]
     return AcceptanceVector(probs, max(0.0, 1.0 - sum(probs)), total, ci, first.draft, first.target,
                             first.sampler, first.temperature, first.top_p, width,
-                            sum(v.prompts for v in parts), first.measured_at, sum(v.seconds for v in parts),
+                            sum(v.prompts for v in parts), max(v.measured_at for v in parts),
+                            sum(v.seconds for v in parts),
                             draft_kernels=first.draft_kernels, top_k=first.top_k, domain="",
-                            method=first.method, machine=first.machine, prompt_counts=prompt_counts, interval=basis)
+                            method=first.method, machine=first.machine, prompt_counts=prompt_counts, interval=basis,
+                            recipe=_joined_recipe(parts))
+
+
+def _joined_recipe(parts: list) -> dict:
+    """The parts' prompts one after another, where every part says how it was measured, the same way."""
+    recipes = [getattr(v, "recipe", None) or {} for v in parts]
+    same = {(r.get("tokens_per_prompt"), r.get("draws")) for r in recipes}
+    if not all(recipes) or len(same) != 1:
+        return {}
+    joined = {k: v for k, v in recipes[0].items() if k != "prompts"}
+    joined["prompts"] = [row for r in recipes for row in r["prompts"]]
+    return joined
 
 
 def _records_its_prompts(vec) -> bool:

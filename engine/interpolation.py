@@ -104,7 +104,7 @@ def interpolated_vector(pair, temperature: float, top_p: float = 1.0, sampler: s
     return replace(base, probabilities=probs, none=max(0.0, 1.0 - sum(probs)), ci95=ci, width=width,
                    sampler=sampler, temperature=float(temperature), top_p=float(top_p), top_k=top_k,
                    positions=positions, source=f"interpolated: {described}",
-                   measured_at="", seconds=0.0, draft_kernels=base.draft_kernels, prompt_counts=[],
+                   measured_at="", seconds=0.0, draft_kernels=base.draft_kernels, prompt_counts=[], recipe={},
                    interval=_interval_of(v for _, v in used))
 
 

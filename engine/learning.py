@@ -308,7 +308,7 @@ def with_stored(vec, stored: Evidence):
     ci = [intervals.binomial([p], PRIOR_WEIGHT + (stored.trials[k] if k < len(stored.trials) else 0.0))[0]
           for k, p in enumerate(probs)]
     return replace(vec, probabilities=probs, none=max(0.0, 1.0 - sum(probs)), ci95=ci, prompt_counts=[],
-                   interval="posterior", positions=int(vec.positions + n),
+                   recipe={}, interval="posterior", positions=int(vec.positions + n),
                    source=f"{vec.source} + learned from {int(n)} positions over {stored.runs} runs")
 
 

@@ -62,6 +62,9 @@ class AcceptanceVector:
     prompt_counts: list = field(default_factory=list)
     interval: str = "positions"         # what ci95 is over: "prompts" (each prompt one draw), "positions",
                                         # or "posterior" (pooled with learned evidence: learning.with_stored)
+    # a replay measurement's prompts (digest, seed), answer tokens and draws (replay.recipe): what
+    # `measure --extend` repeats for prompts added to the set; {} where unknown
+    recipe: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -22,6 +22,7 @@ shared scale, 0.87 and 0.80 one row at a time).
 """
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -138,7 +139,6 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
     settings = Settings(temperature=temperature, top_p=top_p, max_new_tokens=tokens_per_prompt, seed=seed,
                         top_k=int(top_k or 0))
     prob_device = torch.device("cpu") if pair.device.type == "mps" else pair.device
-    generator = make_generator(pair.device, seed + 1)  # the replays' draws, apart from the decoding's
     counts, positions, start = [0.0] * (width + 1), 0, time.perf_counter()
     prompt_counts = []   # each prompt's counts, for the interval over prompts (engine/intervals.py)
     for i, prompt in enumerate(prompts):
@@ -154,6 +154,10 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
             continue
         # a stop lands between the forwards and between positions too
         p_all, q_all = answer_logits(pair, ids, answer, prob_device, should_stop)
+        # each prompt's replays draw from their own generator, apart from the decoding's: a prompt's
+        # counts do not depend on the prompts measured before it, so a set measured in parts (one
+        # prompt per background unit, `measure --extend`) counts what one measurement counts
+        generator = make_generator(pair.device, seed + i + 1)
         own = [0.0] * (width + 1)
         for j in range(len(answer)):
             _stop_if_asked(should_stop)
@@ -175,4 +179,46 @@ def replay_acceptance(pair: ModelPair, prompts: list[str], temperature: float, t
                             time.perf_counter() - start + sum(a.seconds for a in answers or ()),
                             draft_kernels=draft_kernels(pair), top_k=int(top_k or 0) if temperature else 0,
                             domain=domain, method="replay", machine=machine_description(pair.device),
-                            prompt_counts=prompt_counts, interval=basis)
+                            prompt_counts=prompt_counts, interval=basis,
+                            recipe=recipe(prompts, seed, tokens_per_prompt, draws))
+
+
+def recipe(prompts: list[str], seed: int, tokens_per_prompt: int, draws: int) -> dict:
+    """What a replay measurement repeats for a prompt added later (`measure --extend`): each prompt
+    by its digest with the seed its answer and replays drew from, the answer tokens and draws."""
+    return {"tokens_per_prompt": int(tokens_per_prompt), "draws": int(draws),
+            "prompts": [[prompt_digest(text), seed + i] for i, text in enumerate(prompts)]}
+
+
+def prompt_digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def prompts_already_measured(have: AcceptanceVector | None, prompts: list[str], seed: int, tokens_per_prompt: int,
+                             draws: int) -> int:
+    """How many of `prompts` (from the first) the cached vector `have` counts, measured as this
+    measurement would measure them; a UserError saying why where it cannot be extended."""
+    if have is None:
+        raise UserError("no vector is measured at these settings yet: measure them without --extend first")
+    wanted = recipe(prompts, seed, tokens_per_prompt, draws)
+    got = getattr(have, "recipe", None) or {}
+    if have.method != "replay" or not got.get("prompts"):
+        raise UserError(f"the vector at these settings ({have.source}) does not record which prompts it was measured "
+                        "on: measure the whole set again without --extend")
+    asked = {k: wanted[k] for k in ("tokens_per_prompt", "draws")}
+    used = {k: got.get(k) for k in asked}
+    if used != asked:
+        raise UserError(f"the vector at these settings was measured with --tokens-per-prompt {used['tokens_per_prompt']}"
+                        f" and --draws {used['draws']}: extend it with the same")
+    done = len(got["prompts"])
+    if [list(row) for row in got["prompts"]] != wanted["prompts"][:done]:
+        raise UserError(f"the vector at these settings was measured on {done} prompts that are not this set's first "
+                        f"{done} (with --seed {seed}): a prompt was changed, removed or reordered, or the seed differs; "
+                        "measure the whole set again without --extend")
+    return done
+
+
+def extended(have: AcceptanceVector, added: AcceptanceVector) -> AcceptanceVector:
+    """`have` with the prompts of `added` counted too: what one measurement over all of them gives."""
+    from engine.domains import pooled_vector
+    return replace(pooled_vector([have, added]), domain=have.domain)

@@ -355,6 +355,7 @@ def test_other_commands_refuse_what_needs_no_models_before_loading_them(tmp_path
                          (["measure", "--width", "0"], "--width must be between 1 and 64"),
                          (["measure", "--replay", "--draws", "0"], "--draws must be at least 1"),
                          (["measure", "--draws", "3"], "--draws is for --replay"),   # was ignored
+                         (["measure", "--extend"], "--extend is for --replay"),
                          (["measure", "--tokens-per-prompt", "0"], "--tokens-per-prompt must be between 1"),
                          (["measure", "--prompts", tmp_path / "missing"], "No such file or directory"),
                          (["plan", "--auto", "--max-budget", "-5"], "--max-budget must be between 1 and 256"),

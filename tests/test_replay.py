@@ -134,6 +134,65 @@ def test_the_cli_measures_code_prose_and_pooled_vectors(tmp_path):
     assert len(files) == 3  # three keys: code, prose and the pooled one (the key older files use)
 
 
+def test_a_measurement_extended_by_prompts_counts_what_one_measurement_of_all_of_them_counts():
+    """Each prompt's replays draw from their own generator (seeded by the prompt's place), so the
+    last prompt measured alone, with the seed of its place, adds the counts it has in one
+    measurement (one generator for the whole set gave it other draws)."""
+    pair = tiny_pair("llama", chars=SMALL, noise=0.3)
+    prompts = LONG_PROMPTS[:3]
+    whole = replay.replay_acceptance(pair, prompts, 0.7, width=4, tokens_per_prompt=20, seed=5)
+    first = replay.replay_acceptance(pair, prompts[:2], 0.7, width=4, tokens_per_prompt=20, seed=5)
+    assert replay.prompts_already_measured(first, prompts, 5, 20, replay.DRAWS) == 2
+    rest = replay.replay_acceptance(pair, prompts[2:], 0.7, width=4, tokens_per_prompt=20, seed=7)
+    both = replay.extended(first, rest)
+    assert both.prompt_counts == whole.prompt_counts and both.recipe == whole.recipe
+    assert both.positions == whole.positions and both.prompts == 3
+    assert all(abs(a - b) < 1e-12 for a, b in zip(both.probabilities, whole.probabilities))
+    assert whole.recipe["prompts"] == [[replay.prompt_digest(p), 5 + i] for i, p in enumerate(prompts)]
+
+
+def _measure(draft, target, prompt_set, cache, *more):
+    return subprocess.run([sys.executable, "-m", "engine", "measure", "--draft", draft, "--target", target,
+                           "--replay", "--prompt-set", prompt_set, "--by-domain", "--temperature", "0.7",
+                           "--width", "8", "--tokens-per-prompt", "12", "--json", *more], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180,
+                          env={**__import__("os").environ, "SEQUOIA_CACHE": str(cache)})
+
+
+def test_the_cli_extends_a_measurement_with_the_prompts_added_to_its_set(tmp_path):
+    draft, target = tiny_pair_dirs("llama")
+    rows = [{"kind": "code", "title": "a", "prompt": "def f(x): return x"},
+            {"kind": "prose", "title": "c", "prompt": "the cat sat on the mat"},
+            {"kind": "code", "title": "b", "prompt": "x = [i for i in y]"}]
+    prompt_set = tmp_path / "set.json"
+    prompt_set.write_text(json.dumps({"prompts": rows}))
+    assert _measure(draft, target, prompt_set, tmp_path / "cache").returncode == 0
+    rows.append({"kind": "code", "title": "d", "prompt": "for k in d: print(k)"})
+    prompt_set.write_text(json.dumps({"prompts": rows}))
+    out = _measure(draft, target, prompt_set, tmp_path / "cache", "--extend")
+    assert out.returncode == 0, out.stderr
+    assert "code: 2 prompts measured before" in out.stderr and "1 to add" in out.stderr
+    assert "prose: 1 prompt measured before" in out.stderr and "0 to add" in out.stderr
+    fresh = _measure(draft, target, prompt_set, tmp_path / "fresh")
+    assert fresh.returncode == 0, fresh.stderr
+    for got, whole in zip(json.loads(out.stdout)["vectors"], json.loads(fresh.stdout)["vectors"]):
+        assert got["domain"] == whole["domain"] and got["prompts"] == whole["prompts"]
+        assert got["prompt_counts"] == whole["prompt_counts"] and got["recipe"] == whole["recipe"]
+        assert all(abs(a - b) < 1e-12 for a, b in zip(got["probabilities"], whole["probabilities"]))
+    # what was measured differently is refused, by what differs, and the cached vectors are kept
+    kept = sorted(p.read_text() for p in (tmp_path / "cache" / "acceptance").glob("*.json"))
+    for more, said in ((["--tokens-per-prompt", "10"], "measured with --tokens-per-prompt 12"),
+                       (["--seed", "1"], "not this set's first 3"),
+                       (["--temperature", "0.3"], "no vector is measured at these settings yet")):
+        refused = _measure(draft, target, prompt_set, tmp_path / "cache", "--extend", *more)
+        assert refused.returncode == 2 and said in refused.stderr, (more, refused.stderr)
+    rows[0]["prompt"] = "def g(y): return y"
+    prompt_set.write_text(json.dumps({"prompts": rows}))
+    refused = _measure(draft, target, prompt_set, tmp_path / "cache", "--extend")
+    assert refused.returncode == 2 and "a prompt was changed, removed or reordered" in refused.stderr
+    assert sorted(p.read_text() for p in (tmp_path / "cache" / "acceptance").glob("*.json")) == kept
+
+
 def test_by_domain_without_a_prompt_set_is_a_clear_error():
     draft, target = tiny_pair_dirs("llama")
     out = subprocess.run([sys.executable, "-m", "engine", "measure", "--draft", draft, "--target", target,

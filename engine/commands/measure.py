@@ -8,9 +8,9 @@ import sys
 from engine.commands.common import (add_pair_args, check_flag, pair_from_args, print_json, read_prompt_set,
                                     read_prompts)
 from engine.errors import UserError
-from engine.profiler import measure_acceptance, save_acceptance, shipped_hidden_by
+from engine.profiler import cached_acceptance, measure_acceptance, save_acceptance, shipped_hidden_by
 from engine.domains import differ, pooled_vector
-from engine.replay import DRAWS, replay_acceptance
+from engine.replay import DRAWS, extended, prompts_already_measured, replay_acceptance
 from engine.settings import MAX_NEW_TOKENS, Settings
 from engine.wording import hides_words, plural
 
@@ -31,6 +31,9 @@ def register(sub) -> None:
                    help="with --prompt-set: one vector per prompt kind (code, prose) and the pooled one, all cached")
     p.add_argument("--replay", action="store_true",
                    help="decode each answer once, then replay the star's verifier at every position (engine/replay.py)")
+    p.add_argument("--extend", action="store_true",
+                   help="with --replay: keep the vector measured at these settings and measure only the prompts "
+                        "added to the end of the set since (same seed, tokens and draws)")
     p.add_argument("--draws", type=int, default=None,
                    help=f"with --replay: verifier replays per position at T > 0 (default {DRAWS})")
     p.add_argument("--tokens-per-prompt", type=int, default=48, help="tokens decoded per prompt (default 48)")
@@ -61,6 +64,8 @@ def run(args) -> int:
     check_flag(args.width, "--width", 1, 64)
     if args.draws is not None and not args.replay:   # refused, not ignored (README, Command line)
         raise UserError("--draws is for --replay (a star measurement verifies each position once)")
+    if args.extend and not args.replay:
+        raise UserError("--extend is for --replay (a replay measurement records which prompts it counted)")
     draws = DRAWS if args.draws is None else args.draws
     check_flag(draws, "--draws", 1)
     check_flag(args.tokens_per_prompt, "--tokens-per-prompt", 1, MAX_NEW_TOKENS)
@@ -71,9 +76,19 @@ def run(args) -> int:
     vectors = []
     for domain, prompts in groups:
         if args.replay:
-            vec = replay_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
-                                    tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, draws=draws,
-                                    top_k=args.top_k, domain=domain)
+            have, done = None, 0
+            if args.extend:
+                have = cached_acceptance(pair, args.temperature, args.top_p, args.sampler, args.width, args.top_k,
+                                         domain)
+                done = prompts_already_measured(have, prompts, args.seed, args.tokens_per_prompt, draws)
+                print(f"{domain or 'pooled'}: {plural(done, 'prompt')} measured before ({have.source}), "
+                      f"{len(prompts) - done} to add", file=sys.stderr)
+            vec = have if done == len(prompts) else replay_acceptance(
+                pair, prompts[done:], args.temperature, args.top_p, args.sampler, args.width,
+                tokens_per_prompt=args.tokens_per_prompt, seed=args.seed + done, draws=draws, top_k=args.top_k,
+                domain=domain)
+            if have is not None and vec is not have:
+                vec = extended(have, vec)
         else:
             vec = measure_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
                                      tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, top_k=args.top_k)
