@@ -7,7 +7,7 @@ engine/answer_drift.py's ratios and weights were measured on the target's greedy
 (bench/acceptance_dynamics.py) and a run at T > 0 uses them. This measures the same quantities
 on answers sampled at T:
 
-Part 1 (skipped when --answers exists): for each of the 24 prompts of
+Part 1 (skipped when --answers exists): for each of the first 24 prompts of
 assets/measurement-prompts.json, an answer of --tokens tokens sampled from the target at T
 (ignore_eos, seed = the prompt's index; decoded with chain(4), which samples exactly the target's
 distribution), then one causal forward of each model over it (engine.replay.answer_logits, as the
@@ -120,7 +120,8 @@ def main() -> int:
     ap.add_argument("--top-k", type=int, default=0)
     ap.add_argument("--tokens", type=int, default=320)
     ap.add_argument("--draws", type=int, default=20, help="seeds of drawn hits for the weights (part 2)")
-    ap.add_argument("--limit", type=int, help="the first N prompts only (a smoke run)")
+    ap.add_argument("--limit", type=int, default=24,
+                    help="the first N prompts (default 24: the set had 24 when the shipped results were measured)")
     args = ap.parse_args()
     if not args.answers.exists():
         measure(args.answers, args.temperature, args.top_p, args.tokens, args.limit, args.top_k)

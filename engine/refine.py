@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 IDLE_SECONDS = 10.0      # idle time before a background unit starts
 MAX_WANTED = 4           # settings remembered at most
 PASSING_SECONDS = 3.0    # settings left sooner than this after their plan were passed on the way
-TOKENS_PER_PROMPT = 96   # answer tokens replayed per prompt (24 prompts: ~2,300 positions)
+TOKENS_PER_PROMPT = 96   # answer tokens replayed per prompt (32 prompts: ~3,070 positions)
 WIDTH = 16               # ranks measured, as the shipped vectors
 
 

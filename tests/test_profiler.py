@@ -358,3 +358,25 @@ def test_shipped_vectors_give_their_interval_over_the_prompts_they_record():
         assert shares == pytest.approx(vec["probabilities"], abs=1e-12)
         ci, basis = intervals.vector_ci(vec["probabilities"], vec["positions"], rows)
         assert basis == vec["interval"] and ci == pytest.approx(vec["ci95"], abs=1e-12)
+
+
+def test_shipped_fast_path_vectors_count_the_whole_measurement_set_each_kind_over_2000_positions():
+    """Issue 15: each shipped vector over ≥ 2,000 positions, code and prose kept apart. Every fast-path
+    file's recipe names its prompts: exactly its kind's prompts of assets/measurement-prompts.json
+    (all of them, in the set's order: a prompt added to the set and not measured fails here), at
+    128 answer tokens and 4 draws, and its kind's vector reaches 2,000 positions."""
+    from engine.prompts import MEASUREMENT_PROMPTS, prompt_set
+    from engine.replay import prompt_digest
+    kinds = {k: [prompt_digest(p.text) for p in prompt_set(MEASUREMENT_PROMPTS) if p.kind == k]
+             for k in ("code", "prose")}
+    fast = [json.loads(p.read_text()) for p in sorted((profiler.SHIPPED / "acceptance").glob("*.json"))]
+    fast = [v for v in fast if v.get("draft_kernels") in ("fast", "fast+nf4")]
+    assert len(fast) == 30   # 5 settings x (code, prose, pooled) x 2 drafts
+    for vec in fast:
+        recipe = vec["recipe"]
+        assert (recipe["tokens_per_prompt"], recipe["draws"]) == (128, 4)
+        wanted = kinds["code"] + kinds["prose"] if not vec["domain"] else kinds[vec["domain"]]
+        assert [digest for digest, _ in recipe["prompts"]] == wanted, (vec["domain"], vec["temperature"])
+        assert len(vec["prompt_counts"]) == vec["prompts"] == len(wanted)
+        assert vec["positions"] >= (4000 if not vec["domain"] else 2000), (vec["domain"], vec["temperature"])
+
