@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SUPERSEDED = ROOT / "bench" / "acceptance-vectors-24-prompts.json"   # shipped vectors before 2026-12-07
 sys.path.insert(0, str(ROOT))
 
 
@@ -39,10 +40,9 @@ def recovered(row: dict) -> tuple[list[float], object] | None:
     tree, behind = row["frozen_tree"], row["positions_behind_posterior"]
     if tree["parents"] != list(range(-1, tree["nodes"] - 1)):
         return None
-    source = ROOT / "assets/measured/acceptance" / Path(row["start_source"]).name
-    if behind.get("stored") or not source.is_file():
+    start = start_vector(Path(row["start_source"]).name, behind.get("measured"))
+    if behind.get("stored") or start is None:
         return None
-    start = [float(x) for x in json.loads(source.read_text())["probabilities"]]
     trials, ratio = float(behind["this_run"]), row.get("rest_over_opening")
     own = None if not ratio else Drift(ratio, learning.PRIOR_WEIGHT if row.get("rest_prior_weight") is None
                                        else row["rest_prior_weight"])
@@ -58,6 +58,20 @@ def recovered(row: dict) -> tuple[list[float], object] | None:
     if abs(rank1(accepts) - row["posterior"][0]) > 1e-9:
         return None
     return start, learning.Evidence([trials], [accepts], trials)
+
+
+def start_vector(name: str, positions: int | None) -> list[float] | None:
+    """The shipped vector `name` as the run read it: the file's, or, where its positions say the run
+    read an earlier version (the 24-prompt files before 2026-12-07), that version's."""
+    source = ROOT / "assets/measured/acceptance" / name
+    if not source.is_file():
+        return None
+    vec = json.loads(source.read_text())
+    if positions is not None and vec["positions"] != positions:
+        vec = json.loads(SUPERSEDED.read_text())["vectors"].get(name)
+        if vec is None or vec["positions"] != positions:
+            return None
+    return [float(x) for x in vec["probabilities"]]
 
 
 def repredicted(row: dict, drift) -> float | None:
