@@ -51,9 +51,10 @@ def differ(a, b, ranks: int = 3) -> bool:
     return False
 
 
-def pooled_vector(parts: list):
+def pooled_vector(parts: list, domain: str = ""):
     """Vectors of the same settings measured on disjoint prompt sets, pooled position-weighted
-    (what one measurement over all their prompts gives), with domain "" (every prompt)."""
+    (what one measurement over all their prompts gives), for `domain` ("": every prompt; a kind
+    where every part is of it)."""
     from engine.profiler import AcceptanceVector
     if not parts:
         raise UserError("nothing to pool")
@@ -71,7 +72,7 @@ def pooled_vector(parts: list):
                             first.sampler, first.temperature, first.top_p, width,
                             sum(v.prompts for v in parts), max(v.measured_at for v in parts),
                             sum(v.seconds for v in parts),
-                            draft_kernels=first.draft_kernels, top_k=first.top_k, domain="",
+                            draft_kernels=first.draft_kernels, top_k=first.top_k, domain=domain,
                             method=first.method, machine=first.machine, prompt_counts=prompt_counts, interval=basis,
                             recipe=_joined_recipe(parts))
 

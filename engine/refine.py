@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from engine import profiler
 from engine.domains import pooled_vector
@@ -173,7 +173,7 @@ def _save(pair, per_prompt: list) -> list:
     for domain in ("code", "prose"):
         parts = [v for v in per_prompt if v.domain == domain]
         if parts:
-            saved.append(replace(pooled_vector(parts), domain=domain))
+            saved.append(pooled_vector(parts, domain))
     saved.append(pooled_vector(per_prompt))
     for vec in saved:
         vec.source = str(profiler.save_acceptance(pair, vec))

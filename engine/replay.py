@@ -221,4 +221,4 @@ def prompts_already_measured(have: AcceptanceVector | None, prompts: list[str], 
 def extended(have: AcceptanceVector, added: AcceptanceVector) -> AcceptanceVector:
     """`have` with the prompts of `added` counted too: what one measurement over all of them gives."""
     from engine.domains import pooled_vector
-    return replace(pooled_vector([have, added]), domain=have.domain)
+    return pooled_vector([have, added], have.domain)

@@ -83,12 +83,14 @@ def run(args) -> int:
                 done = prompts_already_measured(have, prompts, args.seed, args.tokens_per_prompt, draws)
                 print(f"{domain or 'pooled'}: {plural(done, 'prompt')} measured before ({have.source}), "
                       f"{len(prompts) - done} to add", file=sys.stderr)
-            vec = have if done == len(prompts) else replay_acceptance(
-                pair, prompts[done:], args.temperature, args.top_p, args.sampler, args.width,
-                tokens_per_prompt=args.tokens_per_prompt, seed=args.seed + done, draws=draws, top_k=args.top_k,
-                domain=domain)
-            if have is not None and vec is not have:
-                vec = extended(have, vec)
+            if done == len(prompts):
+                vec = have
+            else:   # the prompts not yet counted, each with the seed of its place in the set
+                vec = replay_acceptance(pair, prompts[done:], args.temperature, args.top_p, args.sampler, args.width,
+                                        tokens_per_prompt=args.tokens_per_prompt, seed=args.seed + done, draws=draws,
+                                        top_k=args.top_k, domain=domain)
+                if have is not None:
+                    vec = extended(have, vec)
         else:
             vec = measure_acceptance(pair, prompts, args.temperature, args.top_p, args.sampler, args.width,
                                      tokens_per_prompt=args.tokens_per_prompt, seed=args.seed, top_k=args.top_k)
