@@ -26,7 +26,7 @@ from engine.jobs import Progress, ProfileKept
 from engine.models import servable_name
 from engine.planning import NeedsMeasurement, table_for
 from engine.tree import TreeError
-from engine.wording import plural
+from engine.wording import tree_shape
 
 EXPORT_DIR = Path(tempfile.mkdtemp(prefix="sequoia-live-export-"))
 # session -> {"format", "stem", "cannot": {format: why}} of its download
@@ -451,7 +451,7 @@ def build(ctx: AppContext, live: dict) -> dict:
                    upload: None}
             raise page_error(f"import failed: {exc}") from None
         sess.imported, sess.imported_name = tree, Path(path).name
-        shape = f"{plural(tree.size, 'node')}, {plural(tree.depth, 'level')}"
+        shape = tree_shape(tree)
         # (said as what the import did; a later redraw says whether the Live method still uses it)
         yield {import_status: f"Imported **{render.esc(Path(path).name)}**: {shape} (widths {tree.level_widths}), "
                                "and set the Live tab's method to *Imported tree*.",
@@ -516,7 +516,7 @@ def import_line(sess, method: str) -> str:
     if tree is None:
         return ""
     what = (f"**{render.esc(sess.imported_name or 'the imported tree')}** "
-            f"({plural(tree.size, 'node')}, {plural(tree.depth, 'level')})")
+            f"({tree_shape(tree)})")
     if method == "tree":
         return f"Imported {what}: the Live tab's method is *Imported tree*, the plan shown here."
     return f"Imported {what} is kept: pick *Imported tree* as the Live tab's method to use it."

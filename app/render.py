@@ -10,7 +10,7 @@ from pathlib import Path
 from app.plots import PLANNED, STATUS_COLORS
 from engine import prompt_memory
 from engine.learning import PRIOR_WEIGHT, STORED_CAP
-from engine.wording import hides_words, plural
+from engine.wording import hides_words, plural, tree_shape
 
 STEP_CLASSES = 2  # alternating step shades
 
@@ -248,7 +248,7 @@ def plan_line(result, running: bool = False, own_run: bool = False, run_keeps: s
     if result is None:
         return '<div class="sq-plan">No plan yet.</div>'
     t = result.tree
-    parts = [f"<b>{esc(result.method.label)}</b>", f"{plural(t.size, 'node')}, {plural(t.depth, 'level')}"]
+    parts = [f"<b>{esc(result.method.label)}</b>", tree_shape(t)]
     if result.expected_tokens is not None:
         parts.append(f"predicted <b>{result.expected_tokens:.2f}</b> tokens/step")
     if result.predicted_speedup is not None:

@@ -8,6 +8,11 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def tree_shape(tree) -> str:
+    """A tree's size and depth in words, "6 nodes, 4 levels" (plan lines, imports, the CLI)."""
+    return f"{plural(tree.size, 'node')}, {plural(tree.depth, 'level')}"
+
+
 def hides_words(vec, shipped, path: str | None = None) -> str:
     """A user-cache vector hiding a larger shipped one (profiler.shipped_hidden_by), in words: the
     CLI's measure and the Planner's Measure say it alike."""

@@ -14,7 +14,7 @@ from engine.commands import plan
 from engine.commands.common import load_tree_file
 from engine.errors import UserError
 from engine.tree import Tree
-from engine.wording import plural
+from engine.wording import tree_shape
 
 
 def register(subparsers) -> None:
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             out.write_bytes(data if isinstance(data, bytes) else (data + "\n").encode())
         except OSError as exc:
             raise UserError(f"cannot write --out {args.out}: {exc.strerror}") from None
-        print(f"wrote {args.format} tree ({plural(tree.size, 'node')}, {plural(tree.depth, 'level')}) to {out}",
+        print(f"wrote {args.format} tree ({tree_shape(tree)}) to {out}",
               file=sys.stderr)
     else:
         print(data)

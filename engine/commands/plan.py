@@ -13,7 +13,7 @@ import time
 from engine.errors import UserError
 from engine.planner import PlanTable, parse_acceptance
 from engine.tree import Tree
-from engine.wording import plural
+from engine.wording import plural, tree_shape
 
 TIME_DP_DEFAULTS = (256, 16, 32)  # budget, depth, width used by --time-dp when not given
 
@@ -224,7 +224,7 @@ def run_with_pair(args) -> int:
         c = plan.choice
         print(f"hardware-aware choice on {pair.device}: n={c.n}, d={c.d}; predicted {c.predicted_tokens_per_step:.2f} "
               f"tokens/step, {c.predicted_tokens_per_second:.2f} tokens/s, {c.predicted_speedup:.2f}x over autoregressive")
-    print(f"tree: {plural(plan.tree.size, 'node')}, {plural(plan.tree.depth, 'level')}, widths {plan.tree.level_widths}; "
+    print(f"tree: {tree_shape(plan.tree)}, widths {plan.tree.level_widths}; "
           f"expected tokens/step {plan.expected_tokens:.3f}")
     print(draw(plan.tree, acc.probabilities))
     return 0
@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     tree = Tree(tuple(result["parents"]))
     print(f"acceptance: {', '.join(f'{a:g}' for a in acceptance)}")
     print(f"budget {plural(budget, 'node')}, at most {plural(depth, 'level')} -> tree with "
-          f"{plural(tree.size, 'node')}, {plural(tree.depth, 'level')}")
+          f"{tree_shape(tree)}")
     print(f"level widths: {result['levels']}")
     print(f"expected tokens per step: {result['expected_tokens']:.4f}")
     print(draw(tree, acceptance))
